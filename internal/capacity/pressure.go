@@ -1,0 +1,98 @@
+package capacity
+
+import "time"
+
+// Instance is one running unit of work as the autoscaler sees it: what it
+// requested and whether it is a daemon. Daemons run on every node and never
+// hold a node up (ECS CAS): a node running only daemons counts as empty.
+type Instance struct {
+	Requests Resources `json:"requests"`
+	Daemon   bool      `json:"daemon,omitempty"`
+}
+
+// Node is one node of a pool as the autoscaler sees it.
+type Node struct {
+	// ID is the node's name, unique in its pool.
+	ID string `json:"id"`
+	// Ordinal is the node's rank in its pool (0 is the first node, the one a
+	// pool may protect). Victims are chosen highest ordinal first.
+	Ordinal int `json:"ordinal"`
+	// Resources is the node's allocatable capacity.
+	Resources Resources `json:"resources"`
+	// Running lists the instances placed on the node.
+	Running []Instance `json:"running,omitempty"`
+	// MarkedAt is when the node was marked for deletion; zero when unmarked.
+	MarkedAt time.Time `json:"marked_at,omitzero"`
+	// IdleSince is when the node last became empty of non-daemon work; zero
+	// when busy or unknown.
+	IdleSince time.Time `json:"idle_since,omitzero"`
+}
+
+// Busy reports whether the node runs at least one non-daemon instance.
+func (n *Node) Busy() bool {
+	for i := range n.Running {
+		if !n.Running[i].Daemon {
+			return true
+		}
+	}
+	return false
+}
+
+// Allocated returns the sum of the requests of every instance on the node.
+func (n *Node) Allocated() Resources {
+	var sum Resources
+	for i := range n.Running {
+		sum = sum.Add(n.Running[i].Requests)
+	}
+	return sum
+}
+
+// Free returns the node's capacity minus what is allocated on it.
+func (n *Node) Free() Resources { return n.Resources.Sub(n.Allocated()) }
+
+// Pending is a group of identical instances waiting for capacity.
+type Pending struct {
+	Requests Resources `json:"requests"`
+	Count    int       `json:"count"`
+}
+
+// Pressure is the scheduler's report for one pool: its nodes with what runs
+// on them, and the instances waiting that the pool is meant to serve. The
+// scheduler publishes one on every change; policies read nothing else.
+type Pressure struct {
+	Nodes   []Node    `json:"nodes"`
+	Pending []Pending `json:"pending"`
+}
+
+// Queued returns the number of waiting instances.
+func (p *Pressure) Queued() int {
+	n := 0
+	for i := range p.Pending {
+		n += p.Pending[i].Count
+	}
+	return n
+}
+
+// Inflight returns the number of running non-daemon instances.
+func (p *Pressure) Inflight() int {
+	n := 0
+	for i := range p.Nodes {
+		for j := range p.Nodes[i].Running {
+			if !p.Nodes[i].Running[j].Daemon {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// BusyNodes returns the number of nodes running at least one non-daemon instance.
+func (p *Pressure) BusyNodes() int {
+	n := 0
+	for i := range p.Nodes {
+		if p.Nodes[i].Busy() {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,143 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tide-project/tide/internal/capacity"
+)
+
+// Config is a pool's scaling configuration: its node spec, its offerings and
+// every policy knob. Each policy reads only the knobs it needs; Validate fills
+// defaults for the zero values and rejects impossible combinations with
+// messages that name the field.
+type Config struct {
+	// Policy is the policy name (one of Names; default tide).
+	Policy string
+	// Nodes is the pool's node spec.
+	Nodes capacity.NodeSpec
+	// Offerings are what the pool may launch (target-tracking and tide need at least one).
+	Offerings []capacity.Offering
+
+	// Cooldown is the minimum time between two scale-down decisions (default 30s).
+	Cooldown time.Duration
+	// IdleTimeout is how long a pool (skyward) or a node (tide) must be idle
+	// before it is released (default 60s).
+	IdleTimeout time.Duration
+	// SlotsPerNode is how many instances one node runs at once (skyward; default 1).
+	SlotsPerNode int
+
+	// TargetCapacity is the target CapacityProviderReservation in percent, 1..100 (default 100).
+	TargetCapacity int
+	// MinStep and MaxStep bound M in [N+MinStep, N+MaxStep] (defaults 1 and 10000).
+	MinStep, MaxStep int
+	// ScaleInDatapoints is the number of consecutive datapoints below target
+	// before a scale-in (default 15).
+	ScaleInDatapoints int
+	// MetricPeriod is the interval between two datapoints (default 1m).
+	MetricPeriod time.Duration
+
+	// MinUtilization is the minimum GPU utilization in percent, 1..100 (default 80).
+	MinUtilization int
+	// MinUnutilizedNodes is the number of empty nodes kept as a buffer (default 0).
+	MinUnutilizedNodes int
+	// ScaleDownDelay is how long a deletion mark waits before the node is deleted (default 10m).
+	ScaleDownDelay time.Duration
+
+	// BatchWindow is how long the tide policy lets a new backlog accumulate
+	// before it scales up, so one decision covers a burst (default 2s).
+	BatchWindow time.Duration
+	// Headroom is the number of spare nodes the tide policy keeps (default 0).
+	Headroom int
+}
+
+// Validate fills defaults and checks every knob; the returned error names
+// each bad field.
+func (c *Config) Validate() error {
+	if c.Policy == "" {
+		c.Policy = Tide
+	}
+	var errs []error
+	known := false
+	for _, n := range Names {
+		known = known || n == c.Policy
+	}
+	if !known {
+		errs = append(errs, fmt.Errorf("policy: unknown policy %q (want one of %v)", c.Policy, Names))
+	}
+	if err := c.Nodes.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("nodes: %w", err))
+	}
+	for i, o := range c.Offerings {
+		if err := o.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("offerings[%d]: %w", i, err))
+		}
+	}
+	setDur(&c.Cooldown, 30*time.Second)
+	setDur(&c.IdleTimeout, 60*time.Second)
+	setDur(&c.MetricPeriod, time.Minute)
+	setDur(&c.ScaleDownDelay, 10*time.Minute)
+	setDur(&c.BatchWindow, 2*time.Second)
+	setInt(&c.SlotsPerNode, 1)
+	setInt(&c.TargetCapacity, 100)
+	setInt(&c.MinStep, 1)
+	setInt(&c.MaxStep, 10000)
+	setInt(&c.ScaleInDatapoints, 15)
+	setInt(&c.MinUtilization, 80)
+	for name, d := range map[string]time.Duration{"cooldown": c.Cooldown, "idle_timeout": c.IdleTimeout,
+		"metric_period": c.MetricPeriod, "scale_down_delay": c.ScaleDownDelay, "batch_window": c.BatchWindow} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative, got %v", name, d))
+		}
+	}
+	for name, v := range map[string]int{"slots_per_node": c.SlotsPerNode, "scale_step.min": c.MinStep,
+		"scale_step.max": c.MaxStep, "scale_in_datapoints": c.ScaleInDatapoints,
+		"min_unutilized_nodes": c.MinUnutilizedNodes, "headroom": c.Headroom} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative, got %d", name, v))
+		}
+	}
+	if c.TargetCapacity < 1 || c.TargetCapacity > 100 {
+		errs = append(errs, fmt.Errorf("target_capacity: must be within 1..100, got %d", c.TargetCapacity))
+	}
+	if c.MinUtilization < 1 || c.MinUtilization > 100 {
+		errs = append(errs, fmt.Errorf("min_utilization: must be within 1..100, got %d", c.MinUtilization))
+	}
+	if c.MinStep > c.MaxStep {
+		errs = append(errs, fmt.Errorf("scale_step.min: %d is above scale_step.max %d", c.MinStep, c.MaxStep))
+	}
+	if (c.Policy == TargetTracking || c.Policy == Tide) && len(c.Offerings) == 0 {
+		errs = append(errs, fmt.Errorf("offerings: policy %s needs at least one offering", c.Policy))
+	}
+	return errors.Join(errs...)
+}
+
+func setDur(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+func setInt(v *int, def int) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// New validates cfg (filling its defaults) and returns the policy it names.
+func New(cfg Config) (Policy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	switch cfg.Policy {
+	case Skyward:
+		return NewSkyward(cfg), nil
+	case TargetTracking:
+		return NewTargetTracking(cfg), nil
+	case Utilization:
+		return NewUtilization(cfg), nil
+	default:
+		return NewTide(cfg), nil
+	}
+}

@@ -1,0 +1,176 @@
+// Package policy turns a pool's pressure into a desired node count.
+//
+// A policy is pure: Decide reads its Input (the pressure report, the current
+// desired count, the state the previous call returned, and the time as an
+// argument) and returns a Decision with a human-readable Reason and the new
+// State. It performs no I/O, reads no clock and keeps no hidden state, so the
+// same code runs in `tide up`, in `tide decide` and in the simulator.
+//
+// Four policies are built in (see New): skyward (seed 000's decision tree),
+// target-tracking (seed 002, ECS cluster auto scaling), utilization (seed 001,
+// the GPU NodeProvisioner) and tide (the default).
+package policy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tide-project/tide/internal/capacity"
+)
+
+// Policy names accepted by New.
+const (
+	Skyward        = "skyward"
+	TargetTracking = "target-tracking"
+	Utilization    = "utilization"
+	Tide           = "tide"
+)
+
+// Names lists the built-in policies in the order tools show them.
+var Names = []string{Tide, Skyward, TargetTracking, Utilization}
+
+// Policy decides a pool's desired node count. Implementations are pure and
+// safe for concurrent use: all state travels in Input.State and Decision.State.
+type Policy interface {
+	// Name returns the policy's name as accepted by New.
+	Name() string
+	// Decide evaluates the policy once. It never returns a desired count
+	// outside [Config.Nodes.Min, Config.Nodes.Max].
+	Decide(in Input) Decision
+}
+
+// Input is everything a policy may look at.
+type Input struct {
+	// Now is the time of the evaluation.
+	Now time.Time
+	// Desired is the pool's current desired node count.
+	Desired int
+	// Pressure is the scheduler's latest report for the pool.
+	Pressure capacity.Pressure
+	// State is the State returned by the previous Decide (zero on the first call).
+	State State
+}
+
+// Decision is a policy's answer.
+type Decision struct {
+	// Desired is the new desired node count.
+	Desired int `json:"desired"`
+	// Reason says in words why Desired is what it is (also when unchanged).
+	Reason Reason `json:"reason"`
+	// TargetTracking holds the target-tracking policy's figures (nil for others).
+	TargetTracking *TargetTrackingFigures `json:"target_tracking,omitempty"`
+	// Utilization holds the utilization policy's figures (nil for others).
+	Utilization *UtilizationFigures `json:"utilization,omitempty"`
+	// Tide holds the tide policy's figures (nil for others).
+	Tide *TideFigures `json:"tide,omitempty"`
+	// State is to be passed as Input.State on the next call.
+	State State `json:"state"`
+}
+
+// State is what a policy carries from one call to the next. Each policy uses
+// only its own fields; the zero value is a fresh start.
+type State struct {
+	// LastScale is when the policy last changed the desired count (cooldown).
+	LastScale time.Time `json:"last_scale,omitzero"`
+	// LastBusy is when the pool last had queued or running work (idle timeout).
+	LastBusy time.Time `json:"last_busy,omitzero"`
+	// LastDatapoint is when target-tracking last recorded a metric datapoint.
+	LastDatapoint time.Time `json:"last_datapoint,omitzero"`
+	// LowDatapoints counts consecutive datapoints below the target.
+	LowDatapoints int `json:"low_datapoints,omitempty"`
+	// PendingSince is when the tide policy first saw the current backlog.
+	PendingSince time.Time `json:"pending_since,omitzero"`
+}
+
+// Reason explains a decision without allocating: a stable Code for metrics
+// and tests, and a constant Format with up to four integer arguments that
+// String renders.
+type Reason struct {
+	Code   string
+	Format string
+	Args   [4]int64
+	NArgs  int
+}
+
+// Reason codes shared by the policies. Policies may add their own.
+const (
+	CodeScaleUp   = "scale-up"
+	CodeScaleDown = "scale-down"
+	CodeSteady    = "steady"
+	CodeCooldown  = "cooldown"
+	CodeAtMax     = "at-max"
+	CodeAtMin     = "at-min"
+	CodeIdle      = "idle"
+)
+
+// NewReason builds a Reason; it panics on more than four arguments.
+func NewReason(code, format string, args ...int64) Reason {
+	r := Reason{Code: code, Format: format, NArgs: len(args)}
+	copy(r.Args[:], args)
+	if len(args) > len(r.Args) {
+		panic("policy.NewReason: more than four arguments")
+	}
+	return r
+}
+
+// String renders the reason in words.
+func (r Reason) String() string {
+	if r.Format == "" {
+		return r.Code
+	}
+	args := make([]any, r.NArgs)
+	for i := range args {
+		args[i] = r.Args[i]
+	}
+	return fmt.Sprintf(r.Format, args...)
+}
+
+// MarshalText renders the reason as its code and words, e.g. "scale-up: 12 queued ...".
+func (r Reason) MarshalText() ([]byte, error) { return []byte(r.Code + ": " + r.String()), nil }
+
+// TargetTrackingFigures are the ECS figures behind a target-tracking decision.
+type TargetTrackingFigures struct {
+	// M is the number of nodes the pool needs (seed 002).
+	M int `json:"m"`
+	// N is the number of nodes the pool has.
+	N int `json:"n"`
+	// Reservation is CapacityProviderReservation = M/N×100 (100 for 0/0, 200 for M>0, N=0).
+	Reservation float64 `json:"capacity_provider_reservation"`
+	// Target is the target capacity the metric is tracked to.
+	Target int `json:"target_capacity"`
+	// LowDatapoints is the number of consecutive datapoints below target.
+	LowDatapoints int `json:"low_datapoints"`
+	// Method says how M was computed: "no-provisioning", "single-type",
+	// "multi-type" or "min-step-fallback".
+	Method string `json:"method"`
+}
+
+// UtilizationFigures are the NodeProvisioner figures behind a utilization decision.
+type UtilizationFigures struct {
+	// Utilization is the pool's GPU utilization in percent.
+	Utilization float64 `json:"utilization_percent"`
+	// Target is the target size computed by the evaluate stage.
+	Target int `json:"target"`
+	// Mark, Unmark and Delete are the node ids the reconcile stage acts on
+	// (at most one of them is non-empty: one action per loop).
+	Mark   []string `json:"mark"`
+	Unmark []string `json:"unmark"`
+	Delete []string `json:"delete"`
+}
+
+// TideFigures are the tide policy's figures: the cheapest mix of offerings
+// that packs the backlog.
+type TideFigures struct {
+	// Mix is the number of new nodes per offering name.
+	Mix []OfferingCount `json:"mix,omitempty"`
+	// Cost is the effective cost per hour of Mix.
+	Cost float64 `json:"cost_per_hour"`
+	// Idle lists the nodes empty for longer than the idle timeout.
+	Idle []string `json:"idle,omitempty"`
+}
+
+// OfferingCount is a number of nodes of one offering.
+type OfferingCount struct {
+	Offering string `json:"offering"`
+	Count    int    `json:"count"`
+}
