@@ -143,6 +143,9 @@ func (r *Resources) UnmarshalJSON(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return fmt.Errorf("%s: unknown field (want cpu, memory, gpus, extended)", strings.Trim(f, `"`))
+		}
 		return fmt.Errorf("resources: %w", err)
 	}
 	var out Resources
