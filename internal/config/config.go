@@ -132,6 +132,7 @@ func (p *Pool) PolicyConfig() policy.Config {
 		ScaleInDatapoints: s.ScaleInDatapoints, MetricPeriod: time.Duration(s.MetricPeriod),
 		MinUtilization: s.MinUtilization, MinUnutilizedNodes: s.MinUnutilizedNodes,
 		ScaleDownDelay: time.Duration(s.ScaleDownDelay), BatchWindow: time.Duration(s.BatchWindow), Headroom: s.Headroom,
+		ProtectFirstNode: s.ProtectFirstNode,
 	}
 }
 

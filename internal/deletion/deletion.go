@@ -23,7 +23,8 @@ type Node struct {
 	// Busy is true while the node runs non-daemon work: it is never marked
 	// and never deleted, and a mark it carries is removed.
 	Busy bool
-	// Protected nodes (the pool's first node) are never marked.
+	// Protected nodes (the pool's first node) are never marked nor deleted,
+	// and a mark they carry is removed.
 	Protected bool
 	// MarkedAt is when the node was marked; zero when unmarked.
 	MarkedAt time.Time
@@ -54,8 +55,8 @@ type Plan struct {
 // Next returns the one action that brings the marks of a pool of len(nodes)
 // nodes toward target:
 //
-//  1. marks on busy nodes, and marks beyond the excess (len(nodes) - target),
-//     are removed (newest marks first);
+//  1. marks on busy or protected nodes, and marks beyond the excess
+//     (len(nodes) - target), are removed (newest marks first);
 //  2. otherwise marked nodes whose mark is at least delay old are deleted;
 //  3. otherwise empty, unprotected, unmarked nodes are marked (highest
 //     ordinal first) until the marked count equals the excess;
@@ -70,7 +71,8 @@ func Next(nodes []Node, target int, now time.Time, delay time.Duration) Plan {
 		if n.MarkedAt.IsZero() {
 			continue
 		}
-		if n.Busy {
+		if n.Busy || n.Protected {
+			// Never delete a busy or protected node, whoever marked it.
 			busyMarked = append(busyMarked, n)
 		} else {
 			marked = append(marked, n)

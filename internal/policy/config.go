@@ -50,6 +50,9 @@ type Config struct {
 	BatchWindow time.Duration
 	// Headroom is the number of spare nodes the tide policy keeps (default 0).
 	Headroom int
+
+	// ProtectFirstNode keeps the node with ordinal 0 out of every scale-down.
+	ProtectFirstNode bool
 }
 
 // Validate fills defaults and checks every knob; the returned error names
