@@ -1,0 +1,152 @@
+package reconcile
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tide-project/tide/internal/capacity"
+)
+
+// NodeID is a node's ordinal in its pool. New provisioning takes the lowest
+// free ordinals (rank reuse); ordinal 0 is the pool's first node.
+type NodeID int
+
+// Event is an input to Pool.Step. The set is closed: only the types declared
+// in this package implement it.
+type Event interface {
+	fmt.Stringer
+	isEvent()
+}
+
+// DesiredChanged says the policy wants Desired nodes. A value outside
+// [Nodes.Min, Nodes.Max] is clamped, with a Note.
+type DesiredChanged struct {
+	Desired int
+	// Reason is the policy's reason, kept for Describe.
+	Reason string
+}
+
+// BoundsChanged resizes the pool (a new min/desired/max). An invalid spec is
+// refused with a Note; a valid one clamps the desired count into its bounds.
+type BoundsChanged struct {
+	Nodes capacity.NodeSpec
+}
+
+// Tick is the periodic reconcile tick. It retries provisioning after a
+// failure, heals lost nodes and lets deletion marks come due.
+type Tick struct{}
+
+// Provisioned is the result of the one outstanding Provision action: the
+// subset of the requested ids that the provider created. It may hold fewer
+// ids than requested, or none.
+type Provisioned struct {
+	IDs []NodeID
+}
+
+// ProvisionFailed is the error of the one outstanding Provision action: none
+// of its ids were created.
+type ProvisionFailed struct {
+	Err string
+}
+
+// NodeJoined says a node finished booting and serves work.
+type NodeJoined struct {
+	ID NodeID
+}
+
+// NodeLost says a node is gone or unusable (spot interruption, crash, failed
+// health check). Its machine is terminated so that nothing leaks.
+type NodeLost struct {
+	ID NodeID
+}
+
+// NodeBusy says whether a joined node runs non-daemon work. Busy nodes are
+// never drained, marked or terminated by scale-down.
+type NodeBusy struct {
+	ID   NodeID
+	Busy bool
+}
+
+// DrainComplete says a draining node stopped taking work and has none left.
+// The pool answers with Terminate.
+type DrainComplete struct {
+	ID NodeID
+}
+
+// Adopt replaces the pool's view of its machines after a controller restart
+// with what the provider and the scheduler report: joined nodes, nodes still
+// booting, and the joined nodes that run non-daemon work. It forgets any
+// provision call in flight, drains and deletion marks; send it as the first
+// event after New.
+type Adopt struct {
+	Current, Pending, Busy []NodeID
+}
+
+func (DesiredChanged) isEvent()  {}
+func (BoundsChanged) isEvent()   {}
+func (Tick) isEvent()            {}
+func (Provisioned) isEvent()     {}
+func (ProvisionFailed) isEvent() {}
+func (NodeJoined) isEvent()      {}
+func (NodeLost) isEvent()        {}
+func (NodeBusy) isEvent()        {}
+func (DrainComplete) isEvent()   {}
+func (Adopt) isEvent()           {}
+
+// String formats the event for logs and transcripts.
+func (e DesiredChanged) String() string {
+	if e.Reason == "" {
+		return fmt.Sprintf("desired %d", e.Desired)
+	}
+	return fmt.Sprintf("desired %d (%s)", e.Desired, e.Reason)
+}
+
+// String formats the event for logs and transcripts.
+func (e BoundsChanged) String() string { return "bounds " + e.Nodes.String() }
+
+// String formats the event for logs and transcripts.
+func (Tick) String() string { return "tick" }
+
+// String formats the event for logs and transcripts.
+func (e Provisioned) String() string { return "provisioned " + formatIDs(e.IDs) }
+
+// String formats the event for logs and transcripts.
+func (e ProvisionFailed) String() string { return "provision failed: " + e.Err }
+
+// String formats the event for logs and transcripts.
+func (e NodeJoined) String() string { return fmt.Sprintf("joined %d", e.ID) }
+
+// String formats the event for logs and transcripts.
+func (e NodeLost) String() string { return fmt.Sprintf("lost %d", e.ID) }
+
+// String formats the event for logs and transcripts.
+func (e NodeBusy) String() string {
+	if e.Busy {
+		return fmt.Sprintf("busy %d", e.ID)
+	}
+	return fmt.Sprintf("idle %d", e.ID)
+}
+
+// String formats the event for logs and transcripts.
+func (e DrainComplete) String() string { return fmt.Sprintf("drain complete %d", e.ID) }
+
+// String formats the event for logs and transcripts.
+func (e Adopt) String() string {
+	return fmt.Sprintf("adopt current %s pending %s busy %s", formatIDs(e.Current), formatIDs(e.Pending), formatIDs(e.Busy))
+}
+
+// formatIDs writes ids separated by spaces, or "none".
+func formatIDs(ids []NodeID) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.Itoa(int(id)))
+	}
+	return b.String()
+}

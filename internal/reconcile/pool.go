@@ -1,0 +1,666 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/deletion"
+)
+
+// Config configures one pool's reconciler.
+type Config struct {
+	// Nodes is the node spec: the pool stays within [Min, Max] and starts
+	// with Initial() desired nodes.
+	Nodes capacity.NodeSpec
+	// ProtectFirstNode keeps node 0 (the head, whose address distributed
+	// frameworks use) out of every scale-down.
+	ProtectFirstNode bool
+	// ScaleDownDelay selects the scale-down mode. Zero drains excess nodes at
+	// once; a positive delay marks them first (seed 001) and drains a marked
+	// node only once its mark is ScaleDownDelay old.
+	ScaleDownDelay time.Duration
+}
+
+// Validate checks the config; errors name the field.
+func (c Config) Validate() error {
+	var errs []error
+	if err := c.Nodes.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("nodes: %w", err))
+	}
+	if c.ScaleDownDelay < 0 {
+		errs = append(errs, fmt.Errorf("scale_down_delay: must not be negative, got %s", c.ScaleDownDelay))
+	}
+	return errors.Join(errs...)
+}
+
+// State is the reconciler's state, derived from its sets.
+type State int
+
+// The states of seed 000's reconciler.
+const (
+	// Watching: no provision call in flight and no node draining.
+	Watching State = iota
+	// ScalingUp: a provision call is in flight.
+	ScalingUp
+	// Draining: at least one node is draining.
+	Draining
+)
+
+// String returns the seed's name of the state.
+func (s State) String() string {
+	switch s {
+	case Watching:
+		return "watching"
+	case ScalingUp:
+		return "scaling_up"
+	case Draining:
+		return "draining"
+	}
+	return "State(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Pool is the reconciler of one node pool: a deterministic state machine that
+// turns events into actions. It does no I/O and reads no clock. A Pool is not
+// safe for concurrent use; one driver goroutine owns it.
+type Pool struct {
+	cfg     Config
+	desired int
+	reason  string
+
+	current  idSet // joined nodes, draining ones included
+	pending  idSet // provisioned, not yet joined
+	draining idSet // subset of current
+	busy     idSet // subset of current: nodes running non-daemon work
+	marks    map[NodeID]time.Time
+
+	call    *provisionCall // the one outstanding Provision, or nil
+	backoff bool           // a provision failed: only a Tick may provision again
+	blocked string         // the last drain-blocked note, to not repeat it
+
+	now time.Time
+	out []Action
+}
+
+// provisionCall is an outstanding Provision action.
+type provisionCall struct {
+	asked []NodeID
+	// open holds the asked ids that still count toward the effective size:
+	// not yet joined early and not lost.
+	open idSet
+}
+
+// New returns a pool in the watching state with Nodes.Initial() desired nodes
+// and no nodes. It emits nothing: the first Step (a Tick, or Adopt after a
+// restart) starts the initial provisioning.
+func New(cfg Config) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("reconcile config: %w", err)
+	}
+	return &Pool{
+		cfg:      cfg,
+		desired:  cfg.Nodes.Initial(),
+		reason:   "initial",
+		current:  idSet{},
+		pending:  idSet{},
+		draining: idSet{},
+		busy:     idSet{},
+		marks:    map[NodeID]time.Time{},
+	}, nil
+}
+
+// Step applies one event at time now and returns the actions the driver must
+// carry out, in order (nil when there are none). now must not go backwards;
+// it is used for deletion marks only. Every Step re-checks the whole pool, so
+// drift is corrected on any event, not only on a Tick.
+func (p *Pool) Step(now time.Time, ev Event) []Action {
+	p.now = now
+	p.out = nil
+	switch ev := ev.(type) {
+	case DesiredChanged:
+		p.onDesired(ev)
+	case BoundsChanged:
+		p.onBounds(ev)
+	case Tick:
+		p.backoff = false
+	case Provisioned:
+		p.onProvisioned(ev)
+	case ProvisionFailed:
+		p.onProvisionFailed(ev)
+	case NodeJoined:
+		p.onJoined(ev.ID)
+	case NodeLost:
+		p.onLost(ev.ID)
+	case NodeBusy:
+		p.onBusy(ev)
+	case DrainComplete:
+		p.onDrainComplete(ev.ID)
+	case Adopt:
+		p.onAdopt(ev)
+	default:
+		p.note(NoteIgnored, fmt.Sprintf("unknown event %T", ev))
+	}
+	p.reconcile()
+	out := p.out
+	p.out = nil
+	return out
+}
+
+func (p *Pool) emit(a Action)             { p.out = append(p.out, a) }
+func (p *Pool) note(code, msg string)     { p.emit(Note{Code: code, Message: msg}) }
+func (p *Pool) protected(id NodeID) bool  { return p.cfg.ProtectFirstNode && id == 0 }
+func (p *Pool) known(id NodeID) bool      { return p.current.has(id) || p.pending.has(id) || p.inCall(id) }
+func (p *Pool) inCall(id NodeID) bool     { return p.call != nil && p.call.open.has(id) }
+func (p *Pool) kept() int                 { return len(p.current) - len(p.draining) }
+func (p *Pool) clamp(n int) int           { return p.cfg.Nodes.Clamp(n) }
+func (p *Pool) boundsText() string        { return p.cfg.Nodes.String() }
+func (p *Pool) nodeText(id NodeID) string { return "node " + strconv.Itoa(int(id)) }
+func (p *Pool) nodesText(ids []NodeID) string {
+	if len(ids) == 1 {
+		return p.nodeText(ids[0])
+	}
+	return "nodes " + formatIDs(ids)
+}
+
+func (p *Pool) onDesired(ev DesiredChanged) {
+	d := ev.Desired
+	switch {
+	case d > p.cfg.Nodes.Max:
+		p.note(NoteAtMax, fmt.Sprintf("desired %d is above max %d: using %d", d, p.cfg.Nodes.Max, p.cfg.Nodes.Max))
+	case d < p.cfg.Nodes.Min:
+		p.note(NoteBelowMin, fmt.Sprintf("desired %d is below min %d: refused, using %d", d, p.cfg.Nodes.Min, p.cfg.Nodes.Min))
+	}
+	p.desired = p.clamp(d)
+	p.reason = ev.Reason
+}
+
+func (p *Pool) onBounds(ev BoundsChanged) {
+	if err := ev.Nodes.Validate(); err != nil {
+		p.note(NoteBoundsRejected, fmt.Sprintf("bounds %s refused, keeping %s: %s", ev.Nodes, p.boundsText(), oneLine(err)))
+		return
+	}
+	p.cfg.Nodes = ev.Nodes
+	if d := p.clamp(p.desired); d != p.desired {
+		p.note(NoteClamped, fmt.Sprintf("desired %d is outside new bounds %s: using %d", p.desired, p.boundsText(), d))
+		p.desired = d
+		p.reason = "resize"
+	}
+}
+
+func (p *Pool) onProvisioned(ev Provisioned) {
+	c := p.call
+	if c == nil {
+		p.note(NoteIgnored, fmt.Sprintf("provision result %s with no provision call in flight", formatIDs(ev.IDs)))
+		return
+	}
+	p.call = nil
+	asked := newIDSet(c.asked...)
+	got := idSet{}
+	var stray []NodeID
+	for _, id := range ev.IDs {
+		switch {
+		case !asked.has(id):
+			stray = append(stray, id)
+		case !got.has(id):
+			got.add(id)
+			if c.open.has(id) {
+				p.pending.add(id)
+			}
+		}
+	}
+	if len(stray) > 0 {
+		p.note(NoteIgnored, fmt.Sprintf("provision result names %s, which %s not asked for", p.nodesText(sortedIDs(stray)), wasWere(len(stray))))
+	}
+	switch {
+	case len(got) == 0:
+		p.backoff = true
+		p.note(NoteProvisionShort, fmt.Sprintf("provision created none of %d nodes, retry on next tick", len(c.asked)))
+	case len(got) < len(c.asked):
+		p.note(NoteProvisionShort, fmt.Sprintf("provision created %d of %d nodes", len(got), len(c.asked)))
+	}
+}
+
+func (p *Pool) onProvisionFailed(ev ProvisionFailed) {
+	if p.call == nil {
+		p.note(NoteIgnored, fmt.Sprintf("provision failure %q with no provision call in flight", ev.Err))
+		return
+	}
+	p.call = nil
+	p.backoff = true
+	p.note(NoteProvisionFailed, fmt.Sprintf("provision failed: %s, retry on next tick", ev.Err))
+}
+
+func (p *Pool) onJoined(id NodeID) {
+	switch {
+	case p.current.has(id):
+		// A repeated join (reconnect) changes nothing.
+	case p.pending.has(id):
+		p.pending.del(id)
+		p.current.add(id)
+	case p.inCall(id):
+		// Joined before the provision call returned: it still counts once.
+		p.call.open.del(id)
+		p.current.add(id)
+	case id < 0:
+		p.note(NoteIgnored, fmt.Sprintf("join of invalid node id %d", id))
+	default:
+		p.current.add(id)
+		p.note(NoteAdopted, fmt.Sprintf("%s joined without a provision by this pool: adopted", p.nodeText(id)))
+	}
+}
+
+func (p *Pool) onLost(id NodeID) {
+	switch {
+	case p.current.has(id):
+		was := ""
+		if p.draining.has(id) {
+			was = " while draining"
+		} else if p.busy.has(id) {
+			was = " with work on it"
+		}
+		p.forget(id)
+		p.note(NoteNodeLost, fmt.Sprintf("%s lost%s: terminating its machine", p.nodeText(id), was))
+	case p.pending.has(id):
+		p.pending.del(id)
+		p.note(NoteNodeLost, fmt.Sprintf("%s lost while booting: terminating its machine", p.nodeText(id)))
+	case p.inCall(id):
+		p.call.open.del(id)
+		p.note(NoteNodeLost, fmt.Sprintf("%s lost before its provision call returned: terminating its machine", p.nodeText(id)))
+	default:
+		p.note(NoteIgnored, fmt.Sprintf("loss of unknown %s", p.nodeText(id)))
+		return
+	}
+	p.emit(Terminate{ID: id})
+}
+
+// forget removes a joined node from every set.
+func (p *Pool) forget(id NodeID) {
+	p.current.del(id)
+	p.draining.del(id)
+	p.busy.del(id)
+	delete(p.marks, id)
+}
+
+func (p *Pool) onBusy(ev NodeBusy) {
+	if !p.current.has(ev.ID) {
+		p.note(NoteIgnored, fmt.Sprintf("busy report for %s, which has not joined", p.nodeText(ev.ID)))
+		return
+	}
+	if !ev.Busy {
+		p.busy.del(ev.ID)
+		return
+	}
+	p.busy.add(ev.ID)
+	if p.draining.has(ev.ID) {
+		// Work reached the node before dispatch stopped. Rather than wait
+		// for it, put the node back; reconcile picks an idle victim.
+		p.draining.del(ev.ID)
+		p.emit(AbortDrain{ID: ev.ID})
+		p.note(NoteDrainAborted, fmt.Sprintf("%s became busy while draining: drain aborted", p.nodeText(ev.ID)))
+	}
+}
+
+func (p *Pool) onDrainComplete(id NodeID) {
+	if !p.draining.has(id) {
+		p.note(NoteIgnored, fmt.Sprintf("drain complete for %s, which is not draining", p.nodeText(id)))
+		return
+	}
+	p.forget(id)
+	p.emit(Terminate{ID: id})
+}
+
+func (p *Pool) onAdopt(ev Adopt) {
+	p.current, p.pending, p.draining, p.busy = idSet{}, idSet{}, idSet{}, idSet{}
+	p.marks = map[NodeID]time.Time{}
+	p.call, p.backoff, p.blocked = nil, false, ""
+	var bad []string
+	for _, id := range ev.Current {
+		if id < 0 {
+			bad = append(bad, strconv.Itoa(int(id)))
+			continue
+		}
+		p.current.add(id)
+	}
+	for _, id := range ev.Pending {
+		if id < 0 {
+			bad = append(bad, strconv.Itoa(int(id)))
+			continue
+		}
+		if !p.current.has(id) {
+			p.pending.add(id)
+		}
+	}
+	for _, id := range ev.Busy {
+		if p.current.has(id) {
+			p.busy.add(id)
+		} else {
+			bad = append(bad, "busy "+strconv.Itoa(int(id)))
+		}
+	}
+	p.note(NoteAdopted, fmt.Sprintf("current %s, pending %s, busy %s",
+		formatIDs(p.current.sorted()), formatIDs(p.pending.sorted()), formatIDs(p.busy.sorted())))
+	if len(bad) > 0 {
+		p.note(NoteIgnored, "adopt entries that name no valid joined node: "+strings.Join(bad, ", "))
+	}
+}
+
+// reconcile brings the pool toward its desired size. It runs after every
+// event, in three stages that never contradict each other:
+//
+//  1. abort drains while fewer than desired joined nodes would remain;
+//  2. scale down: drain excess nodes, or plan deletion marks;
+//  3. scale up: provision the shortfall when no call is in flight.
+//
+// After stage 1, a node still draining implies current - draining ≥ desired,
+// so stage 3 never provisions while a drain runs. Stage 2 waits while a
+// provision call is in flight (its result may change the excess).
+func (p *Pool) reconcile() {
+	p.abortDrains()
+	if p.cfg.ScaleDownDelay > 0 {
+		p.planMarks()
+	} else {
+		p.planDrains()
+	}
+	p.scaleUp()
+}
+
+func (p *Pool) abortDrains() {
+	short := p.desired - p.kept()
+	if short <= 0 || len(p.draining) == 0 {
+		return
+	}
+	// Victims were taken highest id first; give back the lowest first.
+	ids := p.draining.sorted()
+	ids = ids[:min(short, len(ids))]
+	for _, id := range ids {
+		p.draining.del(id)
+		p.emit(AbortDrain{ID: id})
+	}
+	p.note(NoteDrainAborted, fmt.Sprintf("desired %d is above the %s kept: drain of %s aborted", p.desired, count(p.kept()-len(ids), "joined node"), p.nodesText(ids)))
+}
+
+// planDrains is the immediate scale-down mode: drain the excess at once.
+func (p *Pool) planDrains() {
+	excess := p.kept() - p.desired
+	if excess <= 0 {
+		p.setBlocked("")
+		return
+	}
+	if p.call != nil {
+		return
+	}
+	var victims, skipped []NodeID
+	for _, id := range slices.Backward(p.current.sorted()) {
+		if len(victims) == excess {
+			break
+		}
+		switch {
+		case p.draining.has(id):
+		case p.mustKeep(id):
+			skipped = append(skipped, id)
+		default:
+			victims = append(victims, id)
+		}
+	}
+	for _, id := range victims {
+		p.draining.add(id)
+		p.emit(Drain{ID: id})
+	}
+	p.setBlocked(p.blockedText(excess-len(victims), skipped))
+}
+
+// planMarks is the deletion-mark scale-down mode (seed 001): one planner
+// action per step.
+func (p *Pool) planMarks() {
+	var nodes []deletion.Node
+	byName := map[string]NodeID{}
+	for _, id := range p.current.sorted() {
+		if p.draining.has(id) {
+			continue
+		}
+		name := strconv.Itoa(int(id))
+		byName[name] = id
+		nodes = append(nodes, deletion.Node{
+			ID: name, Ordinal: int(id), Busy: p.busy.has(id), Protected: p.protected(id), MarkedAt: p.marks[id],
+		})
+	}
+	plan := deletion.Next(nodes, p.desired, p.now, p.cfg.ScaleDownDelay)
+	ids := make([]NodeID, 0, len(plan.IDs))
+	for _, name := range plan.IDs {
+		ids = append(ids, byName[name])
+	}
+	switch plan.Action {
+	case deletion.Unmark:
+		for _, id := range ids {
+			delete(p.marks, id)
+		}
+		p.emit(Unmark{IDs: ids})
+	case deletion.Mark:
+		if p.call != nil {
+			return
+		}
+		for _, id := range ids {
+			p.marks[id] = p.now
+		}
+		p.emit(Mark{IDs: ids, At: p.now})
+	case deletion.Delete:
+		if p.call != nil {
+			return
+		}
+		// The marks stay until the node is gone, so an aborted drain is
+		// un-marked by the planner like any other mark.
+		for _, id := range ids {
+			p.draining.add(id)
+			p.emit(Drain{ID: id})
+		}
+	}
+	excess := p.kept() - p.desired
+	marked := 0
+	var skipped []NodeID
+	for _, n := range nodes {
+		id := byName[n.ID]
+		switch {
+		case p.draining.has(id):
+		case !p.marks[id].IsZero():
+			marked++
+		case p.mustKeep(id):
+			skipped = append(skipped, id)
+		}
+	}
+	if plan.Action == deletion.None || plan.Action == deletion.Mark {
+		p.setBlocked(p.blockedText(excess-marked, skipped))
+	}
+}
+
+// mustKeep reports whether scale-down may not take a joined node: the
+// protected first node, or a node running non-daemon work.
+func (p *Pool) mustKeep(id NodeID) bool { return p.protected(id) || p.busy.has(id) }
+
+// blockedText explains why short excess nodes cannot go ("" when none): the
+// kept nodes that blocked them. It names no counts that change while the
+// cause stays the same, so setBlocked does not repeat it.
+func (p *Pool) blockedText(short int, kept []NodeID) string {
+	if short <= 0 {
+		return ""
+	}
+	var why []string
+	var busy []NodeID
+	for _, id := range sortedIDs(kept) {
+		if p.protected(id) {
+			why = append(why, p.nodeText(id)+" is the protected first node")
+		} else {
+			busy = append(busy, id)
+		}
+	}
+	switch len(busy) {
+	case 0:
+	case 1:
+		why = append(why, p.nodeText(busy[0])+" runs work")
+	default:
+		why = append(why, p.nodesText(busy)+" run work")
+	}
+	return fmt.Sprintf("drain blocked: %s cannot go: %s", count(short, "excess node"), strings.Join(why, ", "))
+}
+
+// setBlocked emits the drain-blocked note when it differs from the last one.
+func (p *Pool) setBlocked(msg string) {
+	if msg != "" && msg != p.blocked {
+		p.note(NoteDrainBlocked, msg)
+	}
+	p.blocked = msg
+}
+
+func (p *Pool) scaleUp() {
+	need := p.desired - p.Effective()
+	if need <= 0 || p.call != nil || p.backoff {
+		return
+	}
+	ids := make([]NodeID, 0, need)
+	for id := NodeID(0); len(ids) < need; id++ {
+		if !p.known(id) {
+			ids = append(ids, id)
+		}
+	}
+	p.call = &provisionCall{asked: ids, open: newIDSet(ids...)}
+	p.emit(Provision{IDs: slices.Clone(ids)})
+}
+
+// State returns the reconciler's state: draining while any node drains,
+// scaling_up while a provision call is in flight, watching otherwise.
+func (p *Pool) State() State {
+	switch {
+	case len(p.draining) > 0:
+		return Draining
+	case p.call != nil:
+		return ScalingUp
+	}
+	return Watching
+}
+
+// Config returns the pool's config, with the bounds of the last accepted
+// BoundsChanged.
+func (p *Pool) Config() Config { return p.cfg }
+
+// Desired returns the desired node count, always within the bounds.
+func (p *Pool) Desired() int { return p.desired }
+
+// Effective returns the node count that counts toward desired: joined nodes
+// (draining ones included), booting nodes, and the ids of a provision call in
+// flight.
+func (p *Pool) Effective() int {
+	n := len(p.current) + len(p.pending)
+	if p.call != nil {
+		n += len(p.call.open)
+	}
+	return n
+}
+
+// Current returns the joined nodes in ascending order.
+func (p *Pool) Current() []NodeID { return p.current.sorted() }
+
+// Pending returns the provisioned nodes that have not joined, ascending.
+func (p *Pool) Pending() []NodeID { return p.pending.sorted() }
+
+// Draining returns the draining nodes in ascending order.
+func (p *Pool) Draining() []NodeID { return p.draining.sorted() }
+
+// Busy returns the joined nodes that run non-daemon work, ascending.
+func (p *Pool) Busy() []NodeID { return p.busy.sorted() }
+
+// InFlight returns the ids of the outstanding provision call that still
+// count (nil when no call is in flight).
+func (p *Pool) InFlight() []NodeID {
+	if p.call == nil {
+		return nil
+	}
+	return p.call.open.sorted()
+}
+
+// Marks returns a copy of the deletion marks by node.
+func (p *Pool) Marks() map[NodeID]time.Time { return maps.Clone(p.marks) }
+
+// Describe returns a deterministic multi-line dump of the pool's state for
+// transcripts and debugging.
+func (p *Pool) Describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "state: %s\n", p.State())
+	fmt.Fprintf(&b, "desired: %d in [%d, %d]", p.desired, p.cfg.Nodes.Min, p.cfg.Nodes.Max)
+	if p.reason != "" {
+		fmt.Fprintf(&b, " (%s)", p.reason)
+	}
+	b.WriteByte('\n')
+	fmt.Fprintf(&b, "effective: %d\n", p.Effective())
+	fmt.Fprintf(&b, "current: %s\n", formatIDs(p.current.sorted()))
+	fmt.Fprintf(&b, "pending: %s\n", formatIDs(p.pending.sorted()))
+	if p.call != nil {
+		fmt.Fprintf(&b, "provisioning: %s (asked %s)\n", formatIDs(p.call.open.sorted()), formatIDs(p.call.asked))
+	} else {
+		b.WriteString("provisioning: none\n")
+	}
+	fmt.Fprintf(&b, "draining: %s\n", formatIDs(p.draining.sorted()))
+	fmt.Fprintf(&b, "busy: %s\n", formatIDs(p.busy.sorted()))
+	if len(p.marks) == 0 {
+		b.WriteString("marks: none\n")
+	} else {
+		b.WriteString("marks:")
+		for _, id := range slices.Sorted(maps.Keys(p.marks)) {
+			at := p.marks[id].UTC()
+			fmt.Fprintf(&b, " %d@%s (due %s)", id, at.Format(time.RFC3339), at.Add(p.cfg.ScaleDownDelay).Format(time.RFC3339))
+		}
+		b.WriteByte('\n')
+	}
+	var flags []string
+	if p.cfg.ProtectFirstNode {
+		flags = append(flags, "protect-first-node")
+	}
+	if p.cfg.ScaleDownDelay > 0 {
+		flags = append(flags, "scale-down-delay "+p.cfg.ScaleDownDelay.String())
+	}
+	if p.backoff {
+		flags = append(flags, "backoff (provision retried on next tick)")
+	}
+	if len(flags) > 0 {
+		fmt.Fprintf(&b, "flags: %s\n", strings.Join(flags, ", "))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// idSet is a set of node ids; iteration always goes through sorted.
+type idSet map[NodeID]struct{}
+
+func newIDSet(ids ...NodeID) idSet {
+	s := make(idSet, len(ids))
+	for _, id := range ids {
+		s.add(id)
+	}
+	return s
+}
+
+func (s idSet) has(id NodeID) bool    { _, ok := s[id]; return ok }
+func (s idSet) add(id NodeID)         { s[id] = struct{}{} }
+func (s idSet) del(id NodeID)         { delete(s, id) }
+func (s idSet) sorted() []NodeID      { return slices.Sorted(maps.Keys(s)) }
+func sortedIDs(ids []NodeID) []NodeID { return slices.Sorted(slices.Values(ids)) }
+
+// count writes n and the noun, in the plural unless n is 1.
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+func wasWere(n int) string {
+	if n == 1 {
+		return "was"
+	}
+	return "were"
+}
+
+// oneLine joins a multi-line (errors.Join) message with "; ".
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
