@@ -1,0 +1,115 @@
+package provider
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"unicode"
+)
+
+// BootstrapVersion is the version of the Bootstrap wire form this package writes.
+const BootstrapVersion = 1
+
+// MaxBootstrapSize bounds an encoded Bootstrap, in bytes (cloud user-data
+// limits are around 16 KiB).
+const MaxBootstrapSize = 16 << 10
+
+// Field limits of a Bootstrap, in bytes; with them an encoded blob always
+// fits in MaxBootstrapSize.
+const (
+	maxBootstrapHead  = 2048
+	maxBootstrapToken = 4096
+)
+
+// Bootstrap is what a tide worker needs to join its cluster (BigFleet §13):
+// the head's address and a join token. Providers never look inside: they carry
+// the encoded blob from ConfigureRequest.Bootstrap to the machine (an
+// environment variable, cloud user-data), and the worker decodes it with
+// ParseBootstrap.
+type Bootstrap struct {
+	// Head is the head's base URL, e.g. "http://10.0.0.1:8000".
+	Head string `json:"head"`
+	// Token is the join token the worker presents to the head.
+	Token string `json:"token"`
+}
+
+type bootstrapWire struct {
+	Version int    `json:"version"`
+	Head    string `json:"head"`
+	Token   string `json:"token"`
+}
+
+// Validate checks the fields; errors name the field.
+func (b Bootstrap) Validate() error {
+	var errs []error
+	if b.Head == "" {
+		errs = append(errs, errors.New("bootstrap head: must be set"))
+	} else if u, err := url.Parse(b.Head); err != nil {
+		errs = append(errs, fmt.Errorf("bootstrap head: %w", err))
+	} else if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		errs = append(errs, fmt.Errorf("bootstrap head: %q is not an http or https URL with a host", b.Head))
+	}
+	if len(b.Head) > maxBootstrapHead {
+		errs = append(errs, fmt.Errorf("bootstrap head: %d bytes, at most %d allowed", len(b.Head), maxBootstrapHead))
+	}
+	if len(b.Token) > maxBootstrapToken {
+		errs = append(errs, fmt.Errorf("bootstrap token: %d bytes, at most %d allowed", len(b.Token), maxBootstrapToken))
+	}
+	if b.Token == "" {
+		errs = append(errs, errors.New("bootstrap token: must be set"))
+	}
+	for _, r := range b.Token {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			errs = append(errs, errors.New("bootstrap token: must not contain spaces or control characters"))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Marshal validates b and encodes it as the blob for ConfigureRequest.Bootstrap.
+func (b Bootstrap) Marshal() ([]byte, error) {
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(bootstrapWire{Version: BootstrapVersion, Head: b.Head, Token: b.Token}); err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if len(out) > MaxBootstrapSize {
+		return nil, fmt.Errorf("bootstrap: encoded size %d exceeds %d bytes", len(out), MaxBootstrapSize)
+	}
+	return out, nil
+}
+
+// ParseBootstrap decodes and validates a blob written by Bootstrap.Marshal.
+// Unknown fields, other versions, trailing data and oversized blobs are
+// errors that name what is wrong.
+func ParseBootstrap(data []byte) (Bootstrap, error) {
+	if len(data) > MaxBootstrapSize {
+		return Bootstrap{}, fmt.Errorf("bootstrap: size %d exceeds %d bytes", len(data), MaxBootstrapSize)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var w bootstrapWire
+	if err := dec.Decode(&w); err != nil {
+		return Bootstrap{}, fmt.Errorf("bootstrap: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Bootstrap{}, errors.New("bootstrap: trailing data after the JSON object")
+	}
+	if w.Version != BootstrapVersion {
+		return Bootstrap{}, fmt.Errorf("bootstrap version: got %d, want %d", w.Version, BootstrapVersion)
+	}
+	b := Bootstrap{Head: w.Head, Token: w.Token}
+	if err := b.Validate(); err != nil {
+		return Bootstrap{}, err
+	}
+	return b, nil
+}

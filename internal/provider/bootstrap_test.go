@@ -1,0 +1,80 @@
+package provider
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestBootstrapRoundTrip(t *testing.T) {
+	b := Bootstrap{Head: "http://10.0.0.1:8000", Token: "s3cr3t-token"}
+	blob, err := b.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseBootstrap(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != b {
+		t.Fatalf("round trip: got %+v, want %+v", got, b)
+	}
+}
+
+func TestParseBootstrapErrors(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"empty", ``, "bootstrap: EOF"},
+		{"not json", `head=x`, "bootstrap: invalid character"},
+		{"unknown field", `{"version":1,"head":"http://h","token":"t","ca":"x"}`, `unknown field "ca"`},
+		{"old version", `{"version":0,"head":"http://h","token":"t"}`, "bootstrap version: got 0, want 1"},
+		{"no head", `{"version":1,"token":"t"}`, "bootstrap head: must be set"},
+		{"bad scheme", `{"version":1,"head":"ftp://h","token":"t"}`, "bootstrap head: \"ftp://h\" is not an http"},
+		{"no host", `{"version":1,"head":"http://","token":"t"}`, "is not an http or https URL with a host"},
+		{"bad url", `{"version":1,"head":"http://[::1","token":"t"}`, "bootstrap head: parse"},
+		{"no token", `{"version":1,"head":"https://h"}`, "bootstrap token: must be set"},
+		{"token with space", `{"version":1,"head":"https://h","token":"a b"}`, "bootstrap token: must not contain spaces"},
+		{"trailing", `{"version":1,"head":"https://h","token":"t"} {}`, "trailing data"},
+		{"trailing brace", `{"version":1,"head":"https://h","token":"t"}}`, "trailing data"},
+		{"token too long", `{"version":1,"head":"https://h","token":"` + strings.Repeat("a", 5000) + `"}`, "bootstrap token: 5000 bytes"},
+		{"too big", `{"version":1,"head":"https://h","token":"` + strings.Repeat("a", MaxBootstrapSize) + `"}`, "exceeds"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseBootstrap([]byte(tt.in))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("ParseBootstrap(%.40q) = %v, want an error containing %q", tt.in, err, tt.want)
+			}
+		})
+	}
+	if _, err := (Bootstrap{Head: "http://h"}).Marshal(); err == nil {
+		t.Fatal("Marshal accepted a bootstrap without a token")
+	}
+}
+
+// FuzzParseBootstrap: ParseBootstrap never panics, and whatever it accepts is
+// valid and survives a round trip through Marshal.
+func FuzzParseBootstrap(f *testing.F) {
+	f.Add([]byte(`{"version":1,"head":"http://10.0.0.1:8000","token":"abc"}`))
+	f.Add([]byte(`{"version":1,"head":"https://head.example:443/x?y","token":"é"}`))
+	f.Add([]byte(`{"version":2}`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"version":1,"head":"http://h","token":"t"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := ParseBootstrap(data)
+		if err != nil {
+			return
+		}
+		if err := b.Validate(); err != nil {
+			t.Fatalf("accepted an invalid bootstrap %+v: %v", b, err)
+		}
+		blob, err := b.Marshal()
+		if err != nil {
+			t.Fatalf("Marshal of an accepted bootstrap: %v", err)
+		}
+		again, err := ParseBootstrap(blob)
+		if err != nil || again != b {
+			t.Fatalf("round trip: %+v, %v; want %+v", again, err, b)
+		}
+	})
+}
