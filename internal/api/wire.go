@@ -1,0 +1,265 @@
+package api
+
+import (
+	"encoding/json"
+	"math"
+	"time"
+
+	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/store"
+)
+
+// TimeFormat is SQLite's datetime('now') layout, UTC without zone, as PyLet
+// returns timestamps.
+const TimeFormat = "2006-01-02 15:04:05"
+
+// ResourceSpec is PyLet's resource block: CPU cores (tide accepts
+// fractions), GPU count and memory in MiB.
+type ResourceSpec struct {
+	CPUCores *float64 `json:"cpu_cores,omitempty"`
+	GPUUnits *int64   `json:"gpu_units,omitempty"`
+	MemoryMB *int64   `json:"memory_mb,omitempty"`
+}
+
+// ResourcesOut is a resource block in responses (every field present).
+type ResourcesOut struct {
+	CPUCores float64 `json:"cpu_cores"`
+	GPUUnits int64   `json:"gpu_units"`
+	MemoryMB int64   `json:"memory_mb"`
+}
+
+// ResourcesFrom converts tide resources to PyLet's units.
+func ResourcesFrom(r capacity.Resources) ResourcesOut {
+	return ResourcesOut{CPUCores: float64(r.MilliCPU) / 1000, GPUUnits: r.GPUs, MemoryMB: r.Memory >> 20}
+}
+
+// ToResources converts PyLet's units to tide's, applying defaults for
+// missing fields.
+func (s *ResourceSpec) ToResources(defCPU float64, defGPU, defMemMB int64) capacity.Resources {
+	cpu, gpu, mem := defCPU, defGPU, defMemMB
+	if s != nil {
+		if s.CPUCores != nil {
+			cpu = *s.CPUCores
+		}
+		if s.GPUUnits != nil {
+			gpu = *s.GPUUnits
+		}
+		if s.MemoryMB != nil {
+			mem = *s.MemoryMB
+		}
+	}
+	return capacity.Resources{MilliCPU: int64(math.Round(cpu * 1000)), GPUs: gpu, Memory: mem << 20}
+}
+
+// SubmitRequest is the body of POST /instances: PyLet's fields plus tide's
+// extensions (replicas, restart policy, pool, daemon).
+type SubmitRequest struct {
+	Command              *string           `json:"command"`
+	ResourceRequirements *ResourceSpec     `json:"resource_requirements,omitempty"`
+	Name                 *string           `json:"name,omitempty"`
+	TargetWorker         *string           `json:"target_worker,omitempty"`
+	GPUIndices           []int             `json:"gpu_indices,omitempty"`
+	Exclusive            *bool             `json:"exclusive,omitempty"`
+	Labels               map[string]string `json:"labels,omitempty"`
+	Env                  map[string]string `json:"env,omitempty"`
+	Venv                 *string           `json:"venv,omitempty"`
+	Replicas             *int              `json:"replicas,omitempty"`
+	RestartPolicy        *string           `json:"restart_policy,omitempty"`
+	MaxRestarts          *int              `json:"max_restarts,omitempty"`
+	Pool                 *string           `json:"pool,omitempty"`
+	Daemon               *bool             `json:"daemon,omitempty"`
+}
+
+// SubmitResponse is PyLet's {"instance_id"}; with replicas, every id too.
+type SubmitResponse struct {
+	InstanceID  string   `json:"instance_id"`
+	InstanceIDs []string `json:"instance_ids,omitempty"`
+}
+
+// InstanceJSON is PyLet's instance response plus tide's extensions.
+type InstanceJSON struct {
+	InstanceID              string            `json:"instance_id"`
+	Name                    string            `json:"name"`
+	Command                 string            `json:"command"`
+	Status                  string            `json:"status"`
+	DisplayStatus           string            `json:"display_status"`
+	Attempt                 int64             `json:"attempt"`
+	AssignedTo              *string           `json:"assigned_to"`
+	Endpoint                *string           `json:"endpoint"`
+	Port                    *int              `json:"port"`
+	ExitCode                *int              `json:"exit_code"`
+	FailureReason           *string           `json:"failure_reason"`
+	CreatedAt               *string           `json:"created_at"`
+	AssignedAt              *string           `json:"assigned_at"`
+	StartedAt               *string           `json:"started_at"`
+	EndedAt                 *string           `json:"ended_at"`
+	CancellationRequestedAt *string           `json:"cancellation_requested_at"`
+	GPUIndices              []int             `json:"gpu_indices"`
+	Exclusive               bool              `json:"exclusive"`
+	Labels                  map[string]string `json:"labels"`
+	Env                     map[string]string `json:"env"`
+	TargetWorker            *string           `json:"target_worker"`
+	Venv                    *string           `json:"venv"`
+	// tide extensions
+	ResourceRequirements ResourcesOut `json:"resource_requirements"`
+	RestartPolicy        string       `json:"restart_policy"`
+	MaxRestarts          int          `json:"max_restarts"`
+	Restarts             int          `json:"restarts"`
+	Pool                 string       `json:"pool"`
+	Daemon               bool         `json:"daemon"`
+}
+
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func timePtr(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(TimeFormat)
+	return &s
+}
+
+// InstanceFrom renders a stored instance as PyLet does.
+func InstanceFrom(in *store.Instance) InstanceJSON {
+	out := InstanceJSON{
+		InstanceID: in.ID, Name: in.Name, Command: in.Command, Status: string(in.Status),
+		DisplayStatus: in.DisplayStatus(), Attempt: in.Attempt, AssignedTo: strPtr(in.AssignedWorker),
+		Endpoint: strPtr(in.Endpoint), Port: in.Port, ExitCode: in.ExitCode, FailureReason: strPtr(in.FailureReason),
+		CreatedAt: timePtr(in.CreatedAt), AssignedAt: timePtr(in.AssignedAt), StartedAt: timePtr(in.StartedAt),
+		EndedAt: timePtr(in.EndedAt), CancellationRequestedAt: timePtr(in.CancelRequestedAt),
+		GPUIndices: in.GPUIndices, Exclusive: in.Exclusive, Labels: in.Labels, Env: in.Env,
+		TargetWorker: strPtr(in.TargetWorker), Venv: strPtr(in.Venv),
+		ResourceRequirements: ResourcesFrom(in.Requests), RestartPolicy: string(in.RestartPolicy),
+		MaxRestarts: in.MaxRestarts, Restarts: in.Restarts, Pool: in.Pool, Daemon: in.Daemon,
+	}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	if out.Env == nil {
+		out.Env = map[string]string{}
+	}
+	return out
+}
+
+// RegisterRequest is the body of POST /workers (PyLet's, plus pool, labels
+// and the log server port).
+type RegisterRequest struct {
+	WorkerID  string            `json:"worker_id"`
+	Host      string            `json:"host"`
+	Resources *ResourceSpec     `json:"resources"`
+	BootID    string            `json:"boot_id,omitempty"`
+	Pool      string            `json:"pool,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	LogPort   int               `json:"log_port,omitempty"`
+}
+
+// RegisterResponse is PyLet's registration answer.
+type RegisterResponse struct {
+	WorkerToken string `json:"worker_token"`
+	Message     string `json:"message"`
+}
+
+// WorkerJSON is PyLet's worker response plus pool and labels. Available
+// resources are what is left after every active instance (PyLet never
+// decrements them, A14.7).
+type WorkerJSON struct {
+	WorkerID            string            `json:"worker_id"`
+	Host                string            `json:"host"`
+	Status              string            `json:"status"`
+	TotalResources      ResourcesOut      `json:"total_resources"`
+	AvailableResources  ResourcesOut      `json:"available_resources"`
+	AvailableGPUIndices []int             `json:"available_gpu_indices"`
+	LastSeen            *string           `json:"last_seen"`
+	Pool                string            `json:"pool"`
+	Labels              map[string]string `json:"labels"`
+}
+
+// WorkerView is a worker with its computed availability.
+type WorkerView struct {
+	Worker              *store.Worker
+	Available           capacity.Resources
+	AvailableGPUIndices []int
+}
+
+// WorkerFrom renders a worker view.
+func WorkerFrom(v WorkerView) WorkerJSON {
+	w := v.Worker
+	out := WorkerJSON{WorkerID: w.ID, Host: w.Host, Status: string(w.Status), TotalResources: ResourcesFrom(w.Capacity),
+		AvailableResources: ResourcesFrom(v.Available), AvailableGPUIndices: v.AvailableGPUIndices,
+		LastSeen: timePtr(w.LastHeartbeatAt), Pool: w.Pool, Labels: w.Labels}
+	if out.AvailableGPUIndices == nil {
+		out.AvailableGPUIndices = []int{}
+	}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	return out
+}
+
+// InstanceReport is PyLet's per-instance report in a heartbeat.
+type InstanceReport struct {
+	InstanceID string `json:"instance_id"`
+	Attempt    int64  `json:"attempt"`
+	Status     string `json:"status"`
+	Port       *int   `json:"port,omitempty"`
+	ExitCode   *int   `json:"exit_code,omitempty"`
+}
+
+// HeartbeatRequest is PyLet's heartbeat body.
+type HeartbeatRequest struct {
+	WorkerToken string           `json:"worker_token"`
+	BootID      string           `json:"boot_id"`
+	LastSeenGen int64            `json:"last_seen_gen"`
+	Instances   []InstanceReport `json:"instances"`
+}
+
+// DesiredInstance is PyLet's desired entry.
+type DesiredInstance struct {
+	InstanceID     string            `json:"instance_id"`
+	Attempt        int64             `json:"attempt"`
+	Command        string            `json:"command"`
+	GPUIndices     []int             `json:"gpu_indices"`
+	Env            map[string]string `json:"env"`
+	Venv           *string           `json:"venv"`
+	ExpectedStatus string            `json:"expected_status"`
+}
+
+// StoppingInstance is tide's extension: an instance being cancelled, with
+// the grace period before SIGKILL. PyLet workers ignore it and use theirs.
+type StoppingInstance struct {
+	InstanceID         string  `json:"instance_id"`
+	Attempt            int64   `json:"attempt"`
+	GracePeriodSeconds float64 `json:"grace_period_seconds"`
+}
+
+// HeartbeatResponse is PyLet's heartbeat answer plus the stopping list.
+type HeartbeatResponse struct {
+	Gen              int64              `json:"gen"`
+	DesiredInstances []DesiredInstance  `json:"desired_instances"`
+	Stopping         []StoppingInstance `json:"stopping,omitempty"`
+}
+
+// LogChunk is the worker log server's answer, relayed by the head.
+type LogChunk struct {
+	AvailableOffset int64  `json:"available_offset"`
+	TotalSize       int64  `json:"total_size"`
+	Content         string `json:"content"`
+	Size            int64  `json:"size"`
+}
+
+// validationItem is one entry of a 422 detail list (FastAPI's shape).
+type validationItem struct {
+	Loc  []any  `json:"loc"`
+	Msg  string `json:"msg"`
+	Type string `json:"type"`
+}
+
+type validationError struct {
+	Detail []validationItem `json:"detail"`
+	Body   json.RawMessage  `json:"body"`
+}

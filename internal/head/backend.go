@@ -1,0 +1,486 @@
+package head
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/store"
+)
+
+var _ api.Backend = (*Head)(nil)
+
+// Limits on submitted fields.
+const (
+	maxLabelKey   = 63
+	maxLabelValue = 255
+	maxReplicas   = 1000
+	maxNameLen    = 253
+	// DefaultLogPort is the worker log server's port when a worker names none.
+	DefaultLogPort = 15599
+)
+
+func bad(format string, args ...any) error { return api.Errorf(http.StatusBadRequest, format, args...) }
+
+// Submit validates a submit request and stores its instances (one per
+// replica) in one transaction.
+func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, error) {
+	cmd := strings.TrimSpace(*req.Command)
+	if cmd == "" {
+		return nil, bad("command must not be empty")
+	}
+	res := req.ResourceRequirements.ToResources(1, 0, 512)
+	if res.MilliCPU < 0 || res.Memory < 0 || res.GPUs < 0 {
+		return nil, bad("resource_requirements must not be negative")
+	}
+	var target *store.Worker
+	if req.TargetWorker != nil && *req.TargetWorker != "" {
+		w, err := h.st.GetWorker(ctx, *req.TargetWorker)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, bad("Target worker '%s' not found", *req.TargetWorker)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if w.Status == store.WorkerOffline {
+			return nil, bad("Target worker '%s' is not online (status: %s)", w.ID, w.Status)
+		}
+		target = w
+	}
+	if len(req.GPUIndices) > 0 {
+		if target == nil {
+			return nil, bad("gpu_indices requires target_worker")
+		}
+		seen := map[int]bool{}
+		for _, g := range req.GPUIndices {
+			if g < 0 {
+				return nil, bad("gpu_indices must be non-negative, got %d", g)
+			}
+			if seen[g] {
+				return nil, bad("gpu_indices must be unique, %d repeats", g)
+			}
+			seen[g] = true
+			if int64(g) >= target.Capacity.GPUs {
+				return nil, bad("gpu index %d does not exist on worker '%s' (%d GPUs)", g, target.ID, target.Capacity.GPUs)
+			}
+		}
+		res.GPUs = int64(len(req.GPUIndices))
+	}
+	for k, v := range req.Labels {
+		if k == "" || len(k) > maxLabelKey {
+			return nil, bad("label key %q must be 1 to %d characters", k, maxLabelKey)
+		}
+		if len(v) > maxLabelValue {
+			return nil, bad("label value for %q exceeds %d characters", k, maxLabelValue)
+		}
+	}
+	venv := ""
+	if req.Venv != nil && *req.Venv != "" {
+		venv = *req.Venv
+		if !path.IsAbs(venv) {
+			return nil, bad("venv must be an absolute path, got %q", venv)
+		}
+		if slices.Contains(strings.Split(venv, "/"), "..") {
+			return nil, bad("venv must not contain '..', got %q", venv)
+		}
+	}
+	for _, k := range []string{"PORT", "CUDA_VISIBLE_DEVICES"} {
+		if _, ok := req.Env[k]; ok {
+			h.log.Warn("env variable is overridden by the worker", "var", k)
+		}
+	}
+	replicas := 1
+	if req.Replicas != nil {
+		replicas = *req.Replicas
+		if replicas < 1 || replicas > maxReplicas {
+			return nil, bad("replicas must be between 1 and %d, got %d", maxReplicas, replicas)
+		}
+	}
+	policy := store.RestartNever
+	if req.RestartPolicy != nil && *req.RestartPolicy != "" {
+		policy = store.RestartPolicy(*req.RestartPolicy)
+		if !policy.Valid() {
+			return nil, bad("restart_policy must be never, on-failure or always, got %q", *req.RestartPolicy)
+		}
+	}
+	maxRestarts := 0
+	if policy != store.RestartNever {
+		maxRestarts = 3
+	}
+	if req.MaxRestarts != nil {
+		maxRestarts = *req.MaxRestarts
+		if maxRestarts < 0 || maxRestarts > 10000 {
+			return nil, bad("max_restarts must be between 0 and 10000, got %d", maxRestarts)
+		}
+	}
+	name := ""
+	if req.Name != nil {
+		name = *req.Name
+		if err := validName(name); err != nil {
+			return nil, err
+		}
+	}
+	exclusive := req.Exclusive == nil || *req.Exclusive
+	pool := ""
+	if req.Pool != nil {
+		pool = *req.Pool
+	}
+	ins := make([]store.Instance, replicas)
+	ids := make([]string, replicas)
+	for i := range ins {
+		id := uuid.NewString()
+		n := name
+		switch {
+		case n == "":
+			n = id[:8]
+		case replicas > 1:
+			n = fmt.Sprintf("%s-%d", name, i)
+		}
+		ids[i] = id
+		ins[i] = store.Instance{ID: id, Name: n, Command: cmd, Pool: pool, Requests: res, Exclusive: exclusive,
+			Daemon: req.Daemon != nil && *req.Daemon, Labels: req.Labels, Env: req.Env, Venv: venv,
+			RequestedGPUIndices: req.GPUIndices, RestartPolicy: policy, MaxRestarts: maxRestarts}
+		if target != nil {
+			ins[i].TargetWorker = target.ID
+		}
+	}
+	if err := h.st.InsertInstances(ctx, ins, h.clk.Now()); err != nil {
+		return nil, err
+	}
+	h.m.submitted.Add(float64(replicas))
+	h.Poke()
+	return ids, nil
+}
+
+func validName(n string) error {
+	if n == "" || len(n) > maxNameLen {
+		return bad("name must be 1 to %d characters", maxNameLen)
+	}
+	if strings.ContainsAny(n, "/?#%") || strings.TrimSpace(n) != n || n == "." || n == ".." {
+		return bad("name %q must not contain '/', '?', '#', '%%' or surrounding spaces", n)
+	}
+	return nil
+}
+
+// Instance returns one instance.
+func (h *Head) Instance(ctx context.Context, id string) (*store.Instance, error) {
+	return h.st.GetInstance(ctx, id)
+}
+
+// InstanceByName returns one instance by name.
+func (h *Head) InstanceByName(ctx context.Context, name string) (*store.Instance, error) {
+	return h.st.GetInstanceByName(ctx, name)
+}
+
+// Instances lists instances.
+func (h *Head) Instances(ctx context.Context, f store.Filter) ([]*store.Instance, error) {
+	return h.st.ListInstances(ctx, f)
+}
+
+// Cancel cancels an instance with a grace period (default, capped).
+func (h *Head) Cancel(ctx context.Context, id string, grace *time.Duration) (store.CancelResult, error) {
+	g := h.cfg.DefaultGracePeriod
+	if grace != nil {
+		g = min(*grace, h.cfg.MaxGracePeriod)
+	}
+	res, err := h.st.RequestCancel(ctx, id, g, h.clk.Now())
+	if err != nil {
+		return res, err
+	}
+	if res.Worker != "" {
+		h.notify.wake(res.Worker)
+	}
+	if res.Outcome == store.CancelDone {
+		h.Poke()
+	}
+	return res, nil
+}
+
+// DeleteInstance deletes a terminal instance.
+func (h *Head) DeleteInstance(ctx context.Context, id string) error {
+	return h.st.DeleteInstance(ctx, id)
+}
+
+// DeleteInstances deletes terminal instances (of one status when set).
+func (h *Head) DeleteInstances(ctx context.Context, status store.Status) ([]string, error) {
+	return h.st.DeleteTerminalInstances(ctx, status)
+}
+
+// RegisterWorker registers or reconnects a worker and returns its token.
+func (h *Head) RegisterWorker(ctx context.Context, req *api.RegisterRequest) (string, error) {
+	if len(req.WorkerID) > maxNameLen || strings.ContainsAny(req.WorkerID, "/?#%") {
+		return "", bad("worker_id %q must be at most %d characters without '/', '?', '#' or '%%'", req.WorkerID, maxNameLen)
+	}
+	res := req.Resources.ToResources(4, 0, 4096)
+	if res.MilliCPU < 0 || res.Memory < 0 || res.GPUs < 0 {
+		return "", bad("resources must not be negative")
+	}
+	logPort := req.LogPort
+	if logPort == 0 {
+		logPort = DefaultLogPort
+	}
+	if logPort < 1 || logPort > 65535 {
+		return "", bad("log_port %d is out of range", logPort)
+	}
+	tok, err := newToken()
+	if err != nil {
+		return "", err
+	}
+	w, err := h.st.RegisterWorker(ctx, store.Registration{ID: req.WorkerID, Host: req.Host, Pool: req.Pool,
+		Capacity: res, Labels: req.Labels, LogPort: logPort, BootID: req.BootID, TokenHash: hashToken(tok)}, h.clk.Now())
+	if err != nil {
+		return "", err
+	}
+	h.log.Info("worker registered", "worker", w.ID, "host", w.Host, "pool", w.Pool, "resources", w.Capacity.String())
+	h.notify.wake(w.ID)
+	h.Poke()
+	return tok, nil
+}
+
+// Workers lists workers with what is still available on each.
+func (h *Head) Workers(ctx context.Context) ([]api.WorkerView, error) {
+	st, err := h.st.SchedulingState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return views(st.Workers, st.Active), nil
+}
+
+// Worker returns one worker with its availability.
+func (h *Head) Worker(ctx context.Context, id string) (api.WorkerView, error) {
+	if _, err := h.st.GetWorker(ctx, id); err != nil {
+		return api.WorkerView{}, err
+	}
+	st, err := h.st.SchedulingState(ctx)
+	if err != nil {
+		return api.WorkerView{}, err
+	}
+	for _, v := range views(st.Workers, st.Active) {
+		if v.Worker.ID == id {
+			return v, nil
+		}
+	}
+	return api.WorkerView{}, fmt.Errorf("worker %s: %w", id, store.ErrNotFound)
+}
+
+func views(ws []*store.Worker, active []store.SchedInstance) []api.WorkerView {
+	type use struct {
+		cpu, mem int64
+		excl     map[int]bool
+	}
+	used := map[string]*use{}
+	for _, a := range active {
+		u := used[a.Worker]
+		if u == nil {
+			u = &use{excl: map[int]bool{}}
+			used[a.Worker] = u
+		}
+		u.cpu += a.Requests.MilliCPU
+		u.mem += a.Requests.Memory
+		if a.Exclusive {
+			for _, g := range a.GPUIndices {
+				u.excl[g] = true
+			}
+		}
+	}
+	out := make([]api.WorkerView, 0, len(ws))
+	for _, w := range ws {
+		v := api.WorkerView{Worker: w, Available: w.Capacity.Clone()}
+		u := used[w.ID]
+		for g := 0; g < int(w.Capacity.GPUs); g++ {
+			if u == nil || !u.excl[g] {
+				v.AvailableGPUIndices = append(v.AvailableGPUIndices, g)
+			}
+		}
+		if u != nil {
+			v.Available.MilliCPU -= u.cpu
+			v.Available.Memory -= u.mem
+		}
+		v.Available.GPUs = int64(len(v.AvailableGPUIndices))
+		out = append(out, v)
+	}
+	return out
+}
+
+// DeleteWorker deletes an OFFLINE worker.
+func (h *Head) DeleteWorker(ctx context.Context, id string) error {
+	if err := h.st.DeleteWorker(ctx, id, h.clk.Now()); err != nil {
+		return err
+	}
+	h.Poke()
+	return nil
+}
+
+// DeleteOfflineWorkers deletes every OFFLINE worker.
+func (h *Head) DeleteOfflineWorkers(ctx context.Context) ([]string, error) {
+	ids, err := h.st.DeleteOfflineWorkers(ctx, h.clk.Now())
+	if err != nil {
+		return nil, err
+	}
+	h.Poke()
+	return ids, nil
+}
+
+// WireGen encodes a worker generation for this head's epoch.
+func (h *Head) WireGen(gen int64) int64 { return h.epoch<<genBits | gen }
+
+// Heartbeat authenticates a worker, applies its reports with attempt
+// fencing, then holds the request until the worker's desired set changes
+// (or PollTimeout). A generation from another head epoch, or one ahead of
+// the store, is answered at once.
+func (h *Head) Heartbeat(ctx context.Context, worker string, req *api.HeartbeatRequest) (*api.HeartbeatResponse, error) {
+	h.m.heartbeats.Inc()
+	w, err := h.st.GetWorker(ctx, worker)
+	if err != nil {
+		return nil, err
+	}
+	if subtle.ConstantTimeCompare([]byte(hashToken(req.WorkerToken)), []byte(w.TokenHash)) != 1 {
+		return nil, api.Errorf(http.StatusUnauthorized, "Invalid worker token")
+	}
+	if w.BootID != "" && req.BootID != w.BootID {
+		h.log.Info("worker boot id changed", "worker", worker, "old", w.BootID, "new", req.BootID)
+	}
+	seen := int64(-1)
+	if req.LastSeenGen>>genBits == h.epoch {
+		seen = req.LastSeenGen & (1<<genBits - 1)
+	}
+	wake := h.notify.wait(worker)
+	reports := make([]store.Report, 0, len(req.Instances))
+	for _, r := range req.Instances {
+		reports = append(reports, store.Report{InstanceID: r.InstanceID, Attempt: r.Attempt,
+			Status: store.ReportStatus(r.Status), Port: r.Port, ExitCode: r.ExitCode})
+	}
+	res, err := h.st.ApplyHeartbeat(ctx, store.HeartbeatInput{WorkerID: worker, BootID: req.BootID, SeenGen: seen,
+		Reports: reports}, h.clk.Now())
+	if err != nil {
+		return nil, err
+	}
+	if res.Freed > 0 || res.Requeued > 0 || w.Status != store.WorkerOnline {
+		h.Poke()
+	}
+	var timer clock.Timer
+	for {
+		ds, err := h.st.DesiredFor(ctx, worker)
+		if err != nil {
+			return nil, err
+		}
+		if seen < 0 || ds.Generation != seen {
+			return h.desiredResponse(ds), nil
+		}
+		if timer == nil {
+			timer = h.clk.NewTimer(h.cfg.PollTimeout)
+			defer timer.Stop()
+		}
+		select {
+		case <-wake:
+			wake = h.notify.wait(worker)
+		case <-timer.C():
+			return h.desiredResponse(ds), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (h *Head) desiredResponse(ds store.DesiredState) *api.HeartbeatResponse {
+	out := &api.HeartbeatResponse{Gen: h.WireGen(ds.Generation), DesiredInstances: make([]api.DesiredInstance, 0, len(ds.Instances))}
+	for _, d := range ds.Instances {
+		di := api.DesiredInstance{InstanceID: d.InstanceID, Attempt: d.Attempt, Command: d.Command,
+			GPUIndices: d.GPUIndices, Env: d.Env, ExpectedStatus: string(d.ExpectedStatus)}
+		if di.GPUIndices == nil {
+			di.GPUIndices = []int{}
+		}
+		if di.Env == nil {
+			di.Env = map[string]string{}
+		}
+		if d.Venv != "" {
+			v := d.Venv
+			di.Venv = &v
+		}
+		out.DesiredInstances = append(out.DesiredInstances, di)
+	}
+	for _, s := range ds.Stopping {
+		out.Stopping = append(out.Stopping, api.StoppingInstance{InstanceID: s.InstanceID, Attempt: s.Attempt,
+			GracePeriodSeconds: s.GracePeriod.Seconds()})
+	}
+	return out
+}
+
+func unavailable(format string, args ...any) error {
+	return api.Errorf(http.StatusServiceUnavailable, format, args...)
+}
+
+// Logs fetches a chunk of an instance's log from its worker's log server.
+func (h *Head) Logs(ctx context.Context, id string, offset, limit int64) (*api.LogChunk, error) {
+	in, err := h.st.GetInstance(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if in.AssignedWorker == "" {
+		return nil, api.Errorf(http.StatusNotFound, "Instance not assigned to any worker")
+	}
+	w, err := h.st.GetWorker(ctx, in.AssignedWorker)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, unavailable("Worker %s not found", in.AssignedWorker)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if w.Status == store.WorkerOffline {
+		return nil, unavailable("Worker %s is offline", w.ID)
+	}
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(w.Host, strconv.Itoa(w.LogPort)), Path: "/logs/" + id,
+		RawQuery: url.Values{"offset": {strconv.FormatInt(offset, 10)}, "limit": {strconv.FormatInt(limit, 10)}}.Encode()}
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.LogProxyTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, unavailable("Failed to build log request: %v", err)
+	}
+	if t := h.joinToken(); t != "" {
+		req.Header.Set("Authorization", "Bearer "+t)
+	}
+	resp, err := h.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, unavailable("Failed to connect to worker %s: %v", w.ID, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, unavailable("Failed to read logs from worker %s: %v", w.ID, err)
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, api.Errorf(http.StatusNotFound, "Logs not found for instance %s", id)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, unavailable("Worker %s returned status %d for logs", w.ID, resp.StatusCode)
+	}
+	var chunk api.LogChunk
+	if err := json.Unmarshal(body, &chunk); err != nil {
+		return nil, unavailable("Worker %s returned invalid log data: %v", w.ID, err)
+	}
+	return &chunk, nil
+}
+
+// joinToken is the token workers' log servers accept from the head.
+func (h *Head) joinToken() string {
+	if h.cfg.JoinToken != "" {
+		return h.cfg.JoinToken
+	}
+	return h.cfg.Token
+}

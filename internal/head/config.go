@@ -1,0 +1,162 @@
+package head
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/clock"
+)
+
+// Config configures a head. Zero fields take the defaults listed.
+type Config struct {
+	// Addr is the listen address; "127.0.0.1:<Port>" when empty.
+	Addr string
+	// Port is used when Addr is empty; 8000 (PyLet's) when zero.
+	Port int
+	// DataDir holds tide.db; required.
+	DataDir string
+	// Token is the admin token for the API; JoinToken the token workers
+	// register with (the admin token is accepted too).
+	Token     string
+	JoinToken string
+	// Insecure allows listening beyond loopback without a token.
+	Insecure bool
+	// TLSCertFile and TLSKeyFile enable HTTPS when both are set.
+	TLSCertFile, TLSKeyFile string
+	// Durable makes every SQLite commit fsync (survives power loss).
+	Durable bool
+
+	// PollTimeout is how long a heartbeat is held without a change; 30s.
+	PollTimeout time.Duration
+	// SuspectAfter without a heartbeat makes a worker SUSPECT; it must
+	// exceed PollTimeout by at least 10s (PyLet's equal values flap, A14.1).
+	// 75s when zero.
+	SuspectAfter time.Duration
+	// OfflineAfter makes a worker OFFLINE and its instances UNKNOWN (or
+	// requeued by their restart policy); > SuspectAfter. 120s when zero.
+	OfflineAfter time.Duration
+	// LivenessInterval is the liveness check period; 5s.
+	LivenessInterval time.Duration
+	// SchedulerInterval is the period of a scheduling pass when nothing
+	// pokes the scheduler; 2s.
+	SchedulerInterval time.Duration
+	// DefaultGracePeriod is SIGTERM→SIGKILL when a cancel names none; 30s.
+	DefaultGracePeriod time.Duration
+	// MaxGracePeriod caps a requested grace period; 300s.
+	MaxGracePeriod time.Duration
+	// ReserveAfter is how long the oldest waiting instance of a pool may be
+	// overtaken before a worker is reserved for it; 60s. Negative disables.
+	ReserveAfter time.Duration
+	// LogProxyTimeout bounds a log fetch from a worker; 30s.
+	LogProxyTimeout time.Duration
+
+	// Clock drives timers; clock.Real{} when nil.
+	Clock clock.Clock
+	// Logger receives the head's logs; discarded when nil.
+	Logger *slog.Logger
+	// Registry receives the head's metrics and is served at /metrics; no
+	// metrics when nil.
+	Registry *prometheus.Registry
+	// OnPressure is called with every changed pressure report (per pool),
+	// from the scheduler goroutine.
+	OnPressure func(map[string]capacity.Pressure)
+	// HTTPClient fetches logs from workers; a client with
+	// LogProxyTimeout when nil.
+	HTTPClient *http.Client
+	// OnListen is called with the bound address once Run listens.
+	OnListen func(net.Addr)
+}
+
+// withDefaults returns cfg with defaults applied, or an error naming the
+// offending field.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.DataDir == "" {
+		return cfg, errors.New("head config: data_dir is required")
+	}
+	if cfg.Port == 0 {
+		cfg.Port = 8000
+	}
+	if cfg.Port < 0 || cfg.Port > 65535 {
+		return cfg, fmt.Errorf("head config: port %d is out of range", cfg.Port)
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.Port))
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.PollTimeout, 30*time.Second)
+	def(&cfg.SuspectAfter, 75*time.Second)
+	def(&cfg.OfflineAfter, 120*time.Second)
+	def(&cfg.LivenessInterval, 5*time.Second)
+	def(&cfg.SchedulerInterval, 2*time.Second)
+	def(&cfg.DefaultGracePeriod, 30*time.Second)
+	def(&cfg.MaxGracePeriod, 300*time.Second)
+	def(&cfg.ReserveAfter, 60*time.Second)
+	def(&cfg.LogProxyTimeout, 30*time.Second)
+	for name, d := range map[string]time.Duration{"poll_timeout": cfg.PollTimeout, "suspect_after": cfg.SuspectAfter,
+		"offline_after": cfg.OfflineAfter, "liveness_interval": cfg.LivenessInterval,
+		"scheduler_interval": cfg.SchedulerInterval, "default_grace_period": cfg.DefaultGracePeriod,
+		"max_grace_period": cfg.MaxGracePeriod, "log_proxy_timeout": cfg.LogProxyTimeout} {
+		if d < 0 {
+			return cfg, fmt.Errorf("head config: %s must be positive, got %s", name, d)
+		}
+	}
+	if cfg.SuspectAfter < cfg.PollTimeout+10*time.Second {
+		return cfg, fmt.Errorf("head config: suspect_after (%s) must exceed poll_timeout (%s) by at least 10s, or idle workers flap",
+			cfg.SuspectAfter, cfg.PollTimeout)
+	}
+	if cfg.OfflineAfter <= cfg.SuspectAfter {
+		return cfg, fmt.Errorf("head config: offline_after (%s) must exceed suspect_after (%s)", cfg.OfflineAfter, cfg.SuspectAfter)
+	}
+	if cfg.DefaultGracePeriod > cfg.MaxGracePeriod {
+		return cfg, fmt.Errorf("head config: default_grace_period (%s) exceeds max_grace_period (%s)",
+			cfg.DefaultGracePeriod, cfg.MaxGracePeriod)
+	}
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+		return cfg, errors.New("head config: tls_cert_file and tls_key_file must be set together")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: cfg.LogProxyTimeout}
+	}
+	return cfg, nil
+}
+
+// dbPath is where the head keeps its state.
+func (cfg Config) dbPath() string { return filepath.Join(cfg.DataDir, "tide.db") }
+
+// checkExposure refuses to listen beyond loopback without a token, unless
+// Insecure is set.
+func (cfg Config) checkExposure() error {
+	if cfg.Token != "" || cfg.Insecure {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("head config: addr %q: %w", cfg.Addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("head config: listening on %q beyond loopback requires a token (--token) or --insecure", cfg.Addr)
+}

@@ -1,0 +1,352 @@
+// Package head composes the cluster runtime's head: the SQLite store, the
+// scheduling loop around the pure scheduler, the liveness loop, the
+// long-poll heartbeat fan-in, and the HTTP API.
+//
+// Goroutines: one scheduling loop (woken by a 1-slot poke channel or a
+// ticker) is the only writer of assignments; one liveness loop; one
+// goroutine per held heartbeat. Every state change is a store transaction;
+// the head keeps no state that a restart would lose except wake-ups, and
+// wire generations are scoped by a head epoch bumped at each start, so a
+// worker polling across a head restart is answered at once.
+package head
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/scheduler"
+	"github.com/tide-project/tide/internal/store"
+)
+
+// genBits is how many low bits of a wire generation hold the worker's
+// generation; the bits above hold the head epoch.
+const genBits = 32
+
+// Head is a running head. Its methods are safe for concurrent use.
+type Head struct {
+	cfg    Config
+	st     *store.Store
+	clk    clock.Clock
+	log    *slog.Logger
+	epoch  int64
+	notify *notifier
+	poke   chan struct{}
+
+	mu       sync.Mutex
+	pressure map[string]capacity.Pressure
+
+	m metrics
+}
+
+type metrics struct {
+	submitted  prometheus.Counter
+	placed     prometheus.Counter
+	heartbeats prometheus.Counter
+	cycle      prometheus.Histogram
+	queued     *prometheus.GaugeVec
+	offline    prometheus.Counter
+}
+
+func newMetrics(reg *prometheus.Registry) metrics {
+	var r prometheus.Registerer
+	if reg != nil {
+		r = reg
+	}
+	f := promauto.With(r)
+	return metrics{
+		submitted:  f.NewCounter(prometheus.CounterOpts{Name: "tide_head_instances_submitted_total", Help: "Instances submitted."}),
+		placed:     f.NewCounter(prometheus.CounterOpts{Name: "tide_head_placements_total", Help: "Instances assigned to workers."}),
+		heartbeats: f.NewCounter(prometheus.CounterOpts{Name: "tide_head_heartbeats_total", Help: "Worker heartbeats received."}),
+		cycle: f.NewHistogram(prometheus.HistogramOpts{Name: "tide_head_schedule_cycle_seconds",
+			Help: "Duration of a scheduling pass.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		queued: f.NewGaugeVec(prometheus.GaugeOpts{Name: "tide_head_queued_instances",
+			Help: "Pending instances per pool after the last scheduling pass."}, []string{"pool"}),
+		offline: f.NewCounter(prometheus.CounterOpts{Name: "tide_head_workers_offline_total", Help: "Workers marked OFFLINE."}),
+	}
+}
+
+// New opens the store under cfg.DataDir, starts a new head epoch and
+// returns a head whose loops are not yet running (see RunLoops and Run).
+func New(ctx context.Context, cfg Config) (*Head, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, cfg.dbPath(), store.Options{Durable: cfg.Durable})
+	if err != nil {
+		return nil, fmt.Errorf("start head: %w", err)
+	}
+	epoch, err := st.StartEpoch(ctx)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("start head: %w", err)
+	}
+	if epoch >= 1<<(63-genBits) {
+		st.Close()
+		return nil, fmt.Errorf("start head: epoch %d overflows the wire generation", epoch)
+	}
+	h := &Head{cfg: cfg, st: st, clk: cfg.Clock, log: cfg.Logger, epoch: epoch, notify: newNotifier(),
+		poke: make(chan struct{}, 1), m: newMetrics(cfg.Registry)}
+	h.log.Info("head started", "epoch", epoch, "db", cfg.dbPath())
+	return h, nil
+}
+
+// Close closes the store.
+func (h *Head) Close() error { return h.st.Close() }
+
+// Store returns the head's store (for tests and tools in this module).
+func (h *Head) Store() *store.Store { return h.st }
+
+// Epoch returns this head's epoch.
+func (h *Head) Epoch() int64 { return h.epoch }
+
+// Handler returns the HTTP API.
+func (h *Head) Handler() http.Handler {
+	opts := api.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log}
+	if h.cfg.Registry != nil {
+		opts.Extra = map[string]http.Handler{"GET /metrics": promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})}
+	}
+	return api.NewHandler(h, opts)
+}
+
+// Poke wakes the scheduling loop (coalesced).
+func (h *Head) Poke() {
+	select {
+	case h.poke <- struct{}{}:
+	default:
+	}
+}
+
+// RunLoops runs the scheduling and liveness loops until ctx is done.
+func (h *Head) RunLoops(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); h.scheduleLoop(ctx) }()
+	go func() { defer wg.Done(); h.livenessLoop(ctx) }()
+	wg.Wait()
+}
+
+func (h *Head) scheduleLoop(ctx context.Context) {
+	t := h.clk.NewTicker(h.cfg.SchedulerInterval)
+	defer t.Stop()
+	for {
+		if _, err := h.ScheduleOnce(ctx); err != nil && ctx.Err() == nil {
+			h.log.Error("scheduling pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.poke:
+		case <-t.C():
+		}
+	}
+}
+
+func (h *Head) livenessLoop(ctx context.Context) {
+	t := h.clk.NewTicker(h.cfg.LivenessInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if err := h.CheckLiveness(ctx); err != nil && ctx.Err() == nil {
+			h.log.Error("liveness check failed", "err", err)
+		}
+	}
+}
+
+// CheckLiveness runs one liveness pass: ONLINE workers silent for
+// SuspectAfter become SUSPECT, workers silent for OfflineAfter become
+// OFFLINE with their instances UNKNOWN or requeued.
+func (h *Head) CheckLiveness(ctx context.Context) error {
+	now := h.clk.Now()
+	if n, err := h.st.MarkSuspect(ctx, now.Add(-h.cfg.SuspectAfter)); err != nil {
+		return err
+	} else if n > 0 {
+		h.log.Warn("workers suspect", "count", n)
+	}
+	ids, err := h.st.MarkOffline(ctx, now.Add(-h.cfg.OfflineAfter), now)
+	if err != nil {
+		return err
+	}
+	if len(ids) > 0 {
+		h.m.offline.Add(float64(len(ids)))
+		h.log.Warn("workers offline", "workers", ids)
+		for _, id := range ids {
+			h.notify.wake(id)
+		}
+		h.Poke()
+	}
+	return nil
+}
+
+// ScheduleOnce runs one scheduling pass and returns how many instances it
+// assigned. It publishes the pressure report when it changed.
+func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
+	start := time.Now()
+	now := h.clk.Now()
+	st, err := h.st.SchedulingState(ctx)
+	if err != nil {
+		return 0, err
+	}
+	workers := make([]scheduler.Worker, 0, len(st.Workers))
+	for _, w := range st.Workers {
+		workers = append(workers, scheduler.Worker{Name: w.ID, Pool: w.Pool, Ordinal: w.Ordinal, Capacity: w.Capacity,
+			Schedulable: w.Status == store.WorkerOnline, Offline: w.Status == store.WorkerOffline})
+	}
+	conv := func(in []store.SchedInstance) []scheduler.Instance {
+		out := make([]scheduler.Instance, len(in))
+		for i, s := range in {
+			gpus := s.GPUIndices
+			if s.Status == store.StatusPending {
+				gpus = s.RequestedGPUIndices
+			}
+			out[i] = scheduler.Instance{ID: s.ID, Attempt: s.Attempt, Pool: s.Pool, Requests: s.Requests,
+				Exclusive: s.Exclusive, Daemon: s.Daemon, TargetWorker: s.TargetWorker, GPUIndices: gpus,
+				Worker: s.Worker, QueuedAt: s.QueuedAt}
+		}
+		return out
+	}
+	reserve := h.cfg.ReserveAfter
+	if reserve < 0 {
+		reserve = 0
+	}
+	res := scheduler.Place(workers, conv(st.Active), conv(st.Pending), scheduler.Config{ReserveAfter: reserve}, now)
+	as := make([]store.Assignment, len(res.Assignments))
+	for i, a := range res.Assignments {
+		as[i] = store.Assignment{InstanceID: a.InstanceID, Attempt: a.Attempt, Worker: a.Worker,
+			GPUIndices: a.GPUIndices, Exclusive: a.Exclusive}
+	}
+	applied, err := h.st.Assign(ctx, as, now)
+	if err != nil {
+		return 0, err
+	}
+	woken := map[string]bool{}
+	for _, a := range applied {
+		if !woken[a.Worker] {
+			woken[a.Worker] = true
+			h.notify.wake(a.Worker)
+		}
+	}
+	if len(applied) != len(as) {
+		h.Poke() // something raced the pass; look again
+	}
+	h.m.placed.Add(float64(len(applied)))
+	h.m.cycle.Observe(time.Since(start).Seconds())
+	h.publish(res.Pressure)
+	return len(applied), nil
+}
+
+func (h *Head) publish(p map[string]capacity.Pressure) {
+	h.mu.Lock()
+	changed := !reflect.DeepEqual(h.pressure, p)
+	if changed {
+		h.pressure = p
+	}
+	h.mu.Unlock()
+	if !changed {
+		return
+	}
+	for pool, pr := range p {
+		h.m.queued.WithLabelValues(pool).Set(float64(pr.Queued()))
+	}
+	if h.cfg.OnPressure != nil {
+		h.cfg.OnPressure(p)
+	}
+}
+
+// Pressure returns the last published pressure report per pool.
+func (h *Head) Pressure() map[string]capacity.Pressure {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]capacity.Pressure, len(h.pressure))
+	for k, v := range h.pressure {
+		out[k] = v
+	}
+	return out
+}
+
+// Run starts a head from cfg and serves until ctx is done.
+func Run(ctx context.Context, cfg Config) error {
+	full, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	if err := full.checkExposure(); err != nil {
+		return err
+	}
+	h, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	ln, err := net.Listen("tcp", full.Addr)
+	if err != nil {
+		return fmt.Errorf("head: listen on %s: %w", full.Addr, err)
+	}
+	if full.OnListen != nil {
+		full.OnListen(ln.Addr())
+	}
+	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	loopsDone := make(chan struct{})
+	go func() { h.RunLoops(loopCtx); close(loopsDone) }()
+	serveErr := make(chan error, 1)
+	go func() {
+		h.log.Info("head listening", "addr", ln.Addr().String(), "tls", full.TLSCertFile != "")
+		if full.TLSCertFile != "" {
+			serveErr <- srv.ServeTLS(ln, full.TLSCertFile, full.TLSKeyFile)
+		} else {
+			serveErr <- srv.Serve(ln)
+		}
+	}()
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		runErr = fmt.Errorf("head: serve: %w", err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		srv.Close()
+	}
+	stopLoops()
+	<-loopsDone
+	return runErr
+}
+
+// newToken returns a URL-safe random token (PyLet's token_urlsafe(32)).
+func newToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+func hashToken(t string) string {
+	s := sha256.Sum256([]byte(t))
+	return hex.EncodeToString(s[:])
+}

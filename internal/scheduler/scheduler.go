@@ -1,0 +1,457 @@
+// Package scheduler is the pure placement core of the head: given the
+// workers, what runs on them and the queue of pending instances, Place
+// returns the assignments to make and a capacity.Pressure per pool.
+//
+// It has no I/O and reads no clock: now is an argument. Guarantees:
+//   - Allocated CPU, memory and extended resources on a worker never exceed
+//     its capacity; GPUs are accounted by index.
+//   - An exclusive instance holds its GPUs alone against other exclusive
+//     instances; a shared (non-exclusive) instance never lands on a GPU held
+//     exclusively (PyLet puts it on GPUs 0..n-1 whoever holds them, A14.7).
+//   - target_worker names the worker's stable name; gpu_indices pin GPUs.
+//   - FIFO with backfill: an instance that does not fit is skipped and later
+//     ones may overtake it, but once the oldest waiting instance of a pool
+//     has waited Config.ReserveAfter, a worker is reserved for it: nothing
+//     else is placed there until it fits, so a large instance is never
+//     starved. Reservations are recomputed each call from the same inputs,
+//     so they need no state between calls.
+//   - Placement is best-fit (the feasible worker left with the least free
+//     room), keeping GPU workers for GPU work, so empty nodes stay empty
+//     for the autoscaler to reclaim.
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tide-project/tide/internal/capacity"
+)
+
+// Worker is a node as placement sees it.
+type Worker struct {
+	// Name is the worker's stable name (what target_worker refers to).
+	Name    string
+	Pool    string
+	Ordinal int
+	// Capacity is the allocatable total; Capacity.GPUs is the number of GPU
+	// indices (0..GPUs-1).
+	Capacity capacity.Resources
+	// Schedulable is true for ONLINE workers; others get no new work.
+	Schedulable bool
+	// Offline workers are left out of the pressure report.
+	Offline bool
+}
+
+// Instance is a pending or placed instance.
+type Instance struct {
+	ID      string
+	Attempt int64
+	Pool    string
+	// Requests is CPU, memory, extended resources and the GPU count.
+	Requests  capacity.Resources
+	Exclusive bool
+	Daemon    bool
+	// TargetWorker pins the instance to one worker by name.
+	TargetWorker string
+	// GPUIndices are the requested indices of a pending instance, or the
+	// allocated ones of a placed instance.
+	GPUIndices []int
+	// Worker is where a placed instance runs; empty for pending ones.
+	Worker string
+	// QueuedAt is when the instance (last) became pending.
+	QueuedAt time.Time
+}
+
+// Config tunes placement.
+type Config struct {
+	// ReserveAfter is how long the first instance of a pool's queue that
+	// does not fit may wait before a worker is reserved for it; zero
+	// disables reservations.
+	ReserveAfter time.Duration
+	// MaxReservations bounds reservations per pool; 1 when zero.
+	MaxReservations int
+}
+
+// Assignment places one instance on a worker.
+type Assignment struct {
+	InstanceID string
+	// Attempt is the instance's attempt as given to Place.
+	Attempt    int64
+	Worker     string
+	GPUIndices []int
+	Exclusive  bool
+}
+
+// Result is what Place decided.
+type Result struct {
+	Assignments []Assignment
+	// Pressure maps each pool (by name; "" is the default pool) to its
+	// nodes (after the assignments) and its still-queued instances.
+	Pressure map[string]capacity.Pressure
+	// Reserved maps a worker to the instance it is held for.
+	Reserved map[string]string
+	// Waiting says why each unplaced instance waits.
+	Waiting map[string]string
+}
+
+type node struct {
+	w         *Worker
+	free      capacity.Resources // GPUs unused: GPUs are tracked by index
+	excl      []bool
+	shared    []int
+	freeExcl  int // indices not exclusively held
+	reserved  int // index into pending, or -1
+	running   []capacity.Instance
+	placeable bool
+}
+
+// Place decides placements for pending (in FIFO order) given the workers
+// and the placed instances. It does not modify its arguments.
+func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Time) Result {
+	maxRes := cfg.MaxReservations
+	if maxRes <= 0 {
+		maxRes = 1
+	}
+	nodes := make([]node, len(workers))
+	byName := make(map[string]int, len(workers))
+	byPool := map[string][]int{}
+	for i := range workers {
+		w := &workers[i]
+		n := &nodes[i]
+		n.w = w
+		n.free = w.Capacity.Clone()
+		n.free.GPUs = 0
+		g := max(int(w.Capacity.GPUs), 0)
+		n.excl = make([]bool, g)
+		n.shared = make([]int, g)
+		n.freeExcl = g
+		n.reserved = -1
+		n.placeable = w.Schedulable
+		byName[w.Name] = i
+		byPool[w.Pool] = append(byPool[w.Pool], i)
+	}
+	for i := range placed {
+		p := &placed[i]
+		ni, ok := byName[p.Worker]
+		if !ok {
+			continue
+		}
+		n := &nodes[ni]
+		n.take(p, p.GPUIndices)
+	}
+
+	res := Result{Pressure: map[string]capacity.Pressure{}, Reserved: map[string]string{}, Waiting: map[string]string{}}
+	failedShape := map[string]string{}
+	reservations := map[string]int{}
+	unplaced := make([]int, 0)
+	for i := range pending {
+		p := &pending[i]
+		simple := p.TargetWorker == "" && len(p.GPUIndices) == 0
+		var key string
+		if simple {
+			key = shapeKey(p)
+			if why, ok := failedShape[key]; ok {
+				res.Waiting[p.ID] = why
+				unplaced = append(unplaced, i)
+				continue
+			}
+		}
+		cands, why := candidates(p, nodes, byName, byPool)
+		best, bestScore := -1, score{}
+		for _, ni := range cands {
+			n := &nodes[ni]
+			if !n.placeable || (n.reserved >= 0 && n.reserved != i) {
+				continue
+			}
+			if ok, _ := n.fits(p); !ok {
+				continue
+			}
+			sc := n.score(p)
+			if best < 0 || sc.less(bestScore) {
+				best, bestScore = ni, sc
+			}
+		}
+		if best >= 0 {
+			n := &nodes[best]
+			idx := n.pickGPUs(p)
+			n.take(p, idx)
+			res.Assignments = append(res.Assignments, Assignment{InstanceID: p.ID, Attempt: p.Attempt,
+				Worker: n.w.Name, GPUIndices: idx, Exclusive: p.Exclusive})
+			continue
+		}
+		if why == "" {
+			why = waitReason(p, cands, nodes)
+		}
+		res.Waiting[p.ID] = why
+		unplaced = append(unplaced, i)
+		if simple {
+			failedShape[key] = why
+		}
+		starved := cfg.ReserveAfter > 0 && !p.QueuedAt.IsZero() && now.Sub(p.QueuedAt) >= cfg.ReserveAfter
+		if starved && reservations[p.Pool] < maxRes {
+			if ni := reserveFor(p, cands, nodes); ni >= 0 {
+				nodes[ni].reserved = i
+				reservations[p.Pool]++
+				res.Reserved[nodes[ni].w.Name] = p.ID
+				res.Waiting[p.ID] = "waiting for reserved worker " + nodes[ni].w.Name
+			}
+		}
+	}
+
+	for pool, idx := range byPool {
+		pr := res.Pressure[pool]
+		for _, ni := range idx {
+			n := &nodes[ni]
+			if n.w.Offline {
+				continue
+			}
+			pr.Nodes = append(pr.Nodes, capacity.Node{ID: n.w.Name, Ordinal: n.w.Ordinal,
+				Resources: n.w.Capacity.Clone(), Running: n.running})
+		}
+		res.Pressure[pool] = pr
+	}
+	shapes := map[string]map[string]int{} // pool -> shape key -> index in Pending
+	for _, i := range unplaced {
+		p := &pending[i]
+		pr := res.Pressure[p.Pool]
+		req := requestShape(p)
+		k := req.String()
+		m := shapes[p.Pool]
+		if m == nil {
+			m = map[string]int{}
+			shapes[p.Pool] = m
+		}
+		if j, ok := m[k]; ok {
+			pr.Pending[j].Count++
+		} else {
+			m[k] = len(pr.Pending)
+			pr.Pending = append(pr.Pending, capacity.Pending{Requests: req, Count: 1})
+		}
+		res.Pressure[p.Pool] = pr
+	}
+	return res
+}
+
+// requestShape is the instance's request with GPUs as the number it needs.
+func requestShape(p *Instance) capacity.Resources {
+	r := p.Requests.Clone()
+	if len(p.GPUIndices) > 0 {
+		r.GPUs = int64(len(p.GPUIndices))
+	}
+	return r
+}
+
+func shapeKey(p *Instance) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%d|%d|%d|%t", p.Pool, p.Requests.MilliCPU, p.Requests.Memory, p.Requests.GPUs, p.Exclusive)
+	for _, k := range p.Requests.ExtendedNames() {
+		fmt.Fprintf(&b, "|%s=%d", k, p.Requests.Extended[k])
+	}
+	return b.String()
+}
+
+func candidates(p *Instance, nodes []node, byName map[string]int, byPool map[string][]int) ([]int, string) {
+	if p.TargetWorker != "" {
+		ni, ok := byName[p.TargetWorker]
+		if !ok {
+			return nil, "target worker " + p.TargetWorker + " is not registered"
+		}
+		if !nodes[ni].placeable {
+			return nil, "target worker " + p.TargetWorker + " is not online"
+		}
+		return []int{ni}, ""
+	}
+	c := byPool[p.Pool]
+	if len(c) == 0 {
+		return nil, fmt.Sprintf("no worker in pool %q", p.Pool)
+	}
+	return c, ""
+}
+
+func waitReason(p *Instance, cands []int, nodes []node) string {
+	for _, ni := range cands {
+		if ok, _ := nodes[ni].fitsEmpty(p); ok {
+			return "insufficient free resources"
+		}
+	}
+	if len(cands) == 1 {
+		_, why := nodes[cands[0]].fitsEmpty(p)
+		return why
+	}
+	return "fits on no worker of pool " + fmt.Sprintf("%q", p.Pool)
+}
+
+// reserveFor picks the candidate closest to fitting p: one that could hold
+// it when empty, with the smallest shortfall now.
+func reserveFor(p *Instance, cands []int, nodes []node) int {
+	best, bestDef := -1, 0.0
+	for _, ni := range cands {
+		n := &nodes[ni]
+		if !n.placeable || n.reserved >= 0 {
+			continue
+		}
+		if ok, _ := n.fitsEmpty(p); !ok {
+			continue
+		}
+		d := n.deficit(p)
+		if best < 0 || d < bestDef {
+			best, bestDef = ni, d
+		}
+	}
+	return best
+}
+
+func (n *node) gpuNeed(p *Instance) int {
+	if len(p.GPUIndices) > 0 {
+		return len(p.GPUIndices)
+	}
+	return int(p.Requests.GPUs)
+}
+
+func cpuMem(r capacity.Resources) capacity.Resources {
+	r.GPUs = 0
+	return r
+}
+
+// fitsEmpty reports whether p would fit on n with nothing else running.
+func (n *node) fitsEmpty(p *Instance) (bool, string) {
+	if !cpuMem(p.Requests).Fits(cpuMem(n.w.Capacity)) {
+		return false, fmt.Sprintf("needs %s, worker %s has %s", requestShape(p), n.w.Name, n.w.Capacity)
+	}
+	for _, g := range p.GPUIndices {
+		if g < 0 || g >= len(n.excl) {
+			return false, fmt.Sprintf("gpu index %d does not exist on worker %s (%d GPUs)", g, n.w.Name, len(n.excl))
+		}
+	}
+	if n.gpuNeed(p) > len(n.excl) {
+		return false, fmt.Sprintf("needs %d GPUs, worker %s has %d", n.gpuNeed(p), n.w.Name, len(n.excl))
+	}
+	return true, ""
+}
+
+func (n *node) fits(p *Instance) (bool, string) {
+	if !cpuMem(p.Requests).Fits(n.free) {
+		return false, "insufficient cpu, memory or extended resources"
+	}
+	if len(p.GPUIndices) > 0 {
+		for _, g := range p.GPUIndices {
+			if g < 0 || g >= len(n.excl) || n.excl[g] {
+				return false, fmt.Sprintf("gpu %d unavailable", g)
+			}
+		}
+		return true, ""
+	}
+	if need := int(p.Requests.GPUs); need > n.freeExcl {
+		return false, "insufficient GPUs"
+	}
+	return true, ""
+}
+
+func (n *node) pickGPUs(p *Instance) []int {
+	if len(p.GPUIndices) > 0 {
+		out := slices.Clone(p.GPUIndices)
+		slices.Sort(out)
+		return out
+	}
+	need := int(p.Requests.GPUs)
+	if need == 0 {
+		return nil
+	}
+	out := make([]int, 0, need)
+	// Prefer GPUs nobody uses; exclusive work may still share a GPU with
+	// shared daemons (PyLet's model), shared work never takes an exclusive one.
+	for pass := 0; pass < 2 && len(out) < need; pass++ {
+		for g := range n.excl {
+			if len(out) == need {
+				break
+			}
+			if n.excl[g] || (pass == 0) != (n.shared[g] == 0) {
+				continue
+			}
+			out = append(out, g)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// take accounts p on n with the given GPU indices.
+func (n *node) take(p *Instance, gpus []int) {
+	n.free = n.free.Sub(cpuMem(p.Requests))
+	req := cpuMem(p.Requests)
+	for _, g := range gpus {
+		if g < 0 || g >= len(n.excl) {
+			continue
+		}
+		if p.Exclusive {
+			if !n.excl[g] {
+				n.excl[g] = true
+				n.freeExcl--
+			}
+			req.GPUs++
+		} else {
+			n.shared[g]++
+		}
+	}
+	n.running = append(n.running, capacity.Instance{Requests: req, Daemon: p.Daemon})
+}
+
+// score orders feasible workers: lower is better.
+type score struct {
+	gpuWaste int   // free GPUs a GPU-less instance would sit beside
+	freeGPU  int   // exclusive-free GPUs left after placement
+	freeCPU  int64 // millicores left
+	freeMem  int64
+	ordinal  int
+}
+
+func (a score) less(b score) bool {
+	if a.gpuWaste != b.gpuWaste {
+		return a.gpuWaste < b.gpuWaste
+	}
+	if a.freeGPU != b.freeGPU {
+		return a.freeGPU < b.freeGPU
+	}
+	if a.freeCPU != b.freeCPU {
+		return a.freeCPU < b.freeCPU
+	}
+	if a.freeMem != b.freeMem {
+		return a.freeMem < b.freeMem
+	}
+	return a.ordinal < b.ordinal
+}
+
+func (n *node) score(p *Instance) score {
+	s := score{ordinal: n.w.Ordinal}
+	need := n.gpuNeed(p)
+	if need == 0 {
+		s.gpuWaste = n.freeExcl
+	}
+	s.freeGPU = n.freeExcl
+	if p.Exclusive {
+		s.freeGPU -= need
+	}
+	s.freeCPU = n.free.MilliCPU - p.Requests.MilliCPU
+	s.freeMem = n.free.Memory - p.Requests.Memory
+	return s
+}
+
+// deficit is how far n is from fitting p now, as a sum of fractions of its
+// capacity per dimension.
+func (n *node) deficit(p *Instance) float64 {
+	frac := func(need, free, total int64) float64 {
+		if need <= free || total <= 0 {
+			return 0
+		}
+		return float64(need-free) / float64(total)
+	}
+	d := frac(p.Requests.MilliCPU, n.free.MilliCPU, n.w.Capacity.MilliCPU) +
+		frac(p.Requests.Memory, n.free.Memory, n.w.Capacity.Memory) +
+		frac(int64(n.gpuNeed(p)), int64(n.freeExcl), n.w.Capacity.GPUs)
+	for k, v := range p.Requests.Extended {
+		d += frac(v, n.free.Extended[k], n.w.Capacity.Extended[k])
+	}
+	return d
+}

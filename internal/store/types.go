@@ -1,0 +1,226 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tide-project/tide/internal/capacity"
+)
+
+// Status is an instance's lifecycle state (PyLet's statuses, unchanged).
+type Status string
+
+// Instance statuses.
+const (
+	StatusPending   Status = "PENDING"
+	StatusAssigned  Status = "ASSIGNED"
+	StatusRunning   Status = "RUNNING"
+	StatusUnknown   Status = "UNKNOWN"
+	StatusCompleted Status = "COMPLETED"
+	StatusFailed    Status = "FAILED"
+	StatusCancelled Status = "CANCELLED"
+)
+
+// Terminal reports whether s is a final state.
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// Active reports whether an instance in state s holds resources on a worker.
+func (s Status) Active() bool {
+	return s == StatusAssigned || s == StatusRunning || s == StatusUnknown
+}
+
+// Valid reports whether s is one of the seven statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusPending, StatusAssigned, StatusRunning, StatusUnknown, StatusCompleted, StatusFailed, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// WorkerStatus is a worker's liveness state.
+type WorkerStatus string
+
+// Worker statuses.
+const (
+	WorkerOnline  WorkerStatus = "ONLINE"
+	WorkerSuspect WorkerStatus = "SUSPECT"
+	WorkerOffline WorkerStatus = "OFFLINE"
+)
+
+// RestartPolicy says when a finished or lost attempt is queued again.
+type RestartPolicy string
+
+// Restart policies.
+const (
+	// RestartNever never queues an instance again (PyLet's only behaviour).
+	RestartNever RestartPolicy = "never"
+	// RestartOnFailure queues it again when an attempt fails or is lost.
+	RestartOnFailure RestartPolicy = "on-failure"
+	// RestartAlways queues it again after any exit, success included.
+	RestartAlways RestartPolicy = "always"
+)
+
+// Valid reports whether p is a known policy.
+func (p RestartPolicy) Valid() bool {
+	return p == RestartNever || p == RestartOnFailure || p == RestartAlways
+}
+
+// Failure reasons recorded on FAILED instances.
+const (
+	ReasonKilledByWorker  = "KILLED_BY_WORKER"
+	ReasonLostAfterRejoin = "LOST_AFTER_REJOIN"
+	ReasonWorkerOffline   = "WORKER_OFFLINE"
+	ReasonWorkerDeleted   = "WORKER_DELETED"
+)
+
+// Instance is one row of the instances table with its current allocation.
+// Zero times mean NULL.
+type Instance struct {
+	ID      string
+	Name    string
+	Command string
+	Status  Status
+	// Attempt counts assignments; it increments each time the instance is
+	// assigned, and reports must carry the current one.
+	Attempt        int64
+	AssignedWorker string
+	// Pool is the node pool the instance asks for; "" is the default pool.
+	Pool string
+	// Requests holds CPU (millicores), memory (bytes) and the GPU count.
+	Requests            capacity.Resources
+	Exclusive           bool
+	Daemon              bool
+	Labels              map[string]string
+	Env                 map[string]string
+	TargetWorker        string
+	RequestedGPUIndices []int
+	// GPUIndices are the GPUs allocated to the current attempt.
+	GPUIndices    []int
+	Venv          string
+	ExitCode      *int
+	Port          *int
+	Endpoint      string
+	FailureReason string
+	RestartPolicy RestartPolicy
+	MaxRestarts   int
+	Restarts      int
+	// GracePeriod is the SIGTERM→SIGKILL grace asked for by the cancel request.
+	GracePeriod time.Duration
+
+	CreatedAt         time.Time
+	QueuedAt          time.Time
+	AssignedAt        time.Time
+	StartedAt         time.Time
+	EndedAt           time.Time
+	CancelRequestedAt time.Time
+	// CancelGen is the assigned worker's generation that first omitted the
+	// instance from its desired set after a cancel request; a heartbeat that
+	// has seen it and does not report the instance proves it is not running.
+	CancelGen int64
+}
+
+// DisplayStatus is PyLet's derived status: CANCELLING while a cancel is
+// requested and the instance is not terminal.
+func (i *Instance) DisplayStatus() string {
+	if !i.CancelRequestedAt.IsZero() && !i.Status.Terminal() {
+		return "CANCELLING"
+	}
+	return string(i.Status)
+}
+
+// Worker is one row of the workers table.
+type Worker struct {
+	// ID is the worker's stable name (tide) or per-start uuid (PyLet workers).
+	ID     string
+	Host   string
+	Pool   string
+	Status WorkerStatus
+	// TokenHash is the SHA-256 (hex) of the worker token issued at registration.
+	TokenHash string
+	BootID    string
+	Capacity  capacity.Resources
+	Labels    map[string]string
+	// LogPort is the port of the worker's log server.
+	LogPort int
+	// Generation is bumped in the same transaction as every change of the
+	// worker's desired set.
+	Generation      int64
+	Ordinal         int
+	RegisteredAt    time.Time
+	LastHeartbeatAt time.Time
+}
+
+// Desired is one entry of a worker's desired set (PyLet's DesiredInstance).
+type Desired struct {
+	InstanceID     string
+	Attempt        int64
+	Command        string
+	GPUIndices     []int
+	Env            map[string]string
+	Venv           string
+	ExpectedStatus Status
+}
+
+// Stopping is an instance the worker must stop: cancelled, but not yet
+// confirmed. It carries the grace period asked for by the cancel request.
+type Stopping struct {
+	InstanceID  string
+	Attempt     int64
+	GracePeriod time.Duration
+}
+
+// ReportStatus is what a worker says about one local process.
+type ReportStatus string
+
+// Report statuses (PyLet's InstanceReport).
+const (
+	ReportRunning   ReportStatus = "RUNNING"
+	ReportCompleted ReportStatus = "COMPLETED"
+	ReportFailed    ReportStatus = "FAILED"
+	ReportCancelled ReportStatus = "CANCELLED"
+	ReportNotFound  ReportStatus = "NOT_FOUND"
+	ReportStopping  ReportStatus = "STOPPING"
+)
+
+// Report is one instance report carried by a heartbeat.
+type Report struct {
+	InstanceID string
+	Attempt    int64
+	Status     ReportStatus
+	Port       *int
+	ExitCode   *int
+}
+
+// Assignment places one pending instance on a worker.
+type Assignment struct {
+	InstanceID string
+	// Attempt is the instance's attempt as read when it was PENDING; the
+	// assignment applies only if it is unchanged.
+	Attempt    int64
+	Worker     string
+	GPUIndices []int
+	Exclusive  bool
+}
+
+// Errors returned by the store. Use errors.Is.
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrNameTaken    = errors.New("name already taken")
+	ErrConflict     = errors.New("state conflict")
+	ErrNotTerminal  = errors.New("instance not in a terminal state")
+	ErrWorkerOnline = errors.New("worker not offline")
+)
+
+// NameTakenError reports a duplicate instance name.
+type NameTakenError struct{ Name string }
+
+func (e *NameTakenError) Error() string {
+	return fmt.Sprintf("an instance with name %q already exists", e.Name)
+}
+
+// Unwrap makes errors.Is(err, ErrNameTaken) hold.
+func (e *NameTakenError) Unwrap() error { return ErrNameTaken }
