@@ -1,11 +1,272 @@
 package policy
 
-// tidePolicy is being implemented; this placeholder only lets the package build.
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/tide-project/tide/internal/binpack"
+	"github.com/tide-project/tide/internal/capacity"
+)
+
+// CodeBatching is the tide policy's reason code while a new backlog is held
+// for the batch window so that one decision covers the whole burst.
+const CodeBatching = "batching"
+
+// tidePolicy is tide's default policy. Its decision, in order:
+//
+//	backlog younger than BatchWindow      → batching: desired unchanged
+//	backlog                               → pack it (binpack.Pack) into the free space of
+//	                                        unmarked nodes, then onto new nodes of the cheapest
+//	                                        mix by effective cost; desired = unmarked nodes +
+//	                                        new nodes + spare nodes for Headroom (never lowered
+//	                                        while a backlog waits), clamped to max
+//	no backlog, empty nodes idle for      → scale down by those nodes, keeping Headroom
+//	  IdleTimeout or longer                 empty nodes and min; busy nodes never count
+//	no backlog, fewer than Headroom empty → scale up to restore the spare nodes
+//	otherwise                             → steady
+//
+// Nodes marked for deletion are on their way out: they give no free space
+// and do not count as nodes. A new node is assumed to lose to daemons what
+// they take on the existing nodes (the most on any one node). Daemon instances never make a node busy. The
+// policy never asks for fewer nodes than run non-daemon work, so honouring
+// a decision never stops running work.
 type tidePolicy struct{ cfg Config }
 
 // NewTide returns the tide policy for a validated cfg.
-func NewTide(cfg Config) Policy { return tidePolicy{cfg: cfg} }
+func NewTide(cfg Config) Policy { return &tidePolicy{cfg: cfg} }
 
-func (p tidePolicy) Name() string { return Tide }
+// Name returns "tide".
+func (p *tidePolicy) Name() string { return Tide }
 
-func (p tidePolicy) Decide(in Input) Decision { panic("not implemented") }
+// tideView is the pool's nodes as the tide policy counts them.
+type tideView struct {
+	unmarked int // nodes not marked for deletion
+	busy     int // unmarked nodes running non-daemon work
+	empty    int // unmarked nodes running none
+	// nodes are the indexes (into Pressure.Nodes) of the unmarked nodes.
+	nodes []int
+	// idle are the indexes of empty unmarked nodes idle for at least IdleTimeout.
+	idle []int
+	// daemons is the most that daemons take on one node (component-wise):
+	// daemons run on every node, so a new node has that much less room.
+	daemons capacity.Resources
+}
+
+func (p *tidePolicy) view(in *Input) tideView {
+	var v tideView
+	for i := range in.Pressure.Nodes {
+		n := &in.Pressure.Nodes[i]
+		if !n.MarkedAt.IsZero() {
+			continue
+		}
+		v.unmarked++
+		v.nodes = append(v.nodes, i)
+		v.daemons = tideMax(v.daemons, tideDaemons(n))
+		if n.Busy() {
+			v.busy++
+			continue
+		}
+		v.empty++
+		if !n.IdleSince.IsZero() && in.Now.Sub(n.IdleSince) >= p.cfg.IdleTimeout {
+			v.idle = append(v.idle, i)
+		}
+	}
+	return v
+}
+
+// Decide evaluates the policy once.
+func (p *tidePolicy) Decide(in Input) Decision {
+	st := in.State
+	v := p.view(&in)
+	queued := in.Pressure.Queued()
+	var d Decision
+	if queued <= 0 {
+		st.PendingSince = time.Time{}
+		d = p.settle(&in, &v)
+	} else {
+		if st.PendingSince.IsZero() {
+			st.PendingSince = in.Now
+		}
+		if waited := in.Now.Sub(st.PendingSince); waited < p.cfg.BatchWindow {
+			d = Decision{Desired: in.Desired, Tide: &TideFigures{},
+				Reason: NewReason(CodeBatching, "%d queued instances batched for %dms of the %dms window",
+					int64(queued), waited.Milliseconds(), p.cfg.BatchWindow.Milliseconds())}
+		} else {
+			d = p.scaleUp(&in, &v, queued)
+		}
+	}
+	if clamped := p.cfg.Nodes.Clamp(d.Desired); clamped != d.Desired {
+		switch {
+		case d.Desired > p.cfg.Nodes.Max:
+			d.Reason = NewReason(CodeAtMax, "the pool needs %d nodes; held at max %d", int64(d.Desired), int64(p.cfg.Nodes.Max))
+		default:
+			d.Reason = NewReason(CodeAtMin, "the pool needs %d nodes; held at min %d", int64(d.Desired), int64(p.cfg.Nodes.Min))
+		}
+		d.Desired = clamped
+	}
+	if d.Desired != in.Desired {
+		st.LastScale = in.Now
+	}
+	d.State = st
+	return d
+}
+
+// scaleUp packs the backlog and asks for the nodes it needs.
+func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int) Decision {
+	cfg := &p.cfg
+	nodes := in.Pressure.Nodes
+	free := make([]capacity.Resources, len(v.nodes))
+	for j, i := range v.nodes {
+		free[j] = nodes[i].Free()
+	}
+	pending := in.Pressure.Pending
+	offs := cfg.Offerings
+	if !v.daemons.IsZero() {
+		offs = make([]capacity.Offering, len(cfg.Offerings))
+		for i, o := range cfg.Offerings {
+			o.Resources = o.Resources.Sub(v.daemons)
+			offs[i] = o
+		}
+	}
+	res := binpack.Pack(pending, offs, binpack.WithFree(free))
+
+	// Empty nodes that the backlog leaves empty are spare capacity already.
+	stillEmpty := 0
+	var idle []string
+	for j, i := range v.nodes {
+		if res.Existing[j].Items == 0 && !nodes[i].Busy() {
+			stillEmpty++
+		}
+	}
+	for _, i := range v.idle {
+		if j, _ := slices.BinarySearch(v.nodes, i); res.Existing[j].Items == 0 {
+			idle = append(idle, nodes[i].ID)
+		}
+	}
+	spare := max(cfg.Headroom-stillEmpty, 0)
+	need := v.unmarked + len(res.New) + spare
+	// Unfit shapes are those the unlimited packing could not place.
+	unfitGroup, unfitCount := -1, 0
+	for g, u := range res.Unplaced {
+		if u > 0 && unfitGroup < 0 {
+			unfitGroup, unfitCount = g, u
+		}
+	}
+	if need > cfg.Nodes.Max {
+		// Buy only what max allows: repack with a cap, so that the mix is
+		// what will really be launched.
+		res = binpack.Pack(pending, offs, binpack.WithFree(free), binpack.WithMaxNew(max(cfg.Nodes.Max-v.unmarked, 0)))
+	}
+	fig := &TideFigures{Mix: tideMix(&res, cfg.Offerings), Cost: res.Cost, Idle: idle}
+	desired := max(in.Desired, need)
+
+	var reason Reason
+	switch {
+	case unfitGroup >= 0:
+		// The reason names the first shape that fits nowhere; the action
+		// taken for the rest shows in Desired and the mix.
+		r := pending[unfitGroup].Requests
+		args := []int64{int64(unfitCount), r.MilliCPU, (r.Memory + 1<<20 - 1) >> 20, r.GPUs}
+		switch {
+		case desired > cfg.Nodes.Max:
+			reason = NewReason(CodeAtMax, "held at max for the rest of the backlog; %d instances of shape cpu=%dm mem=%dMi gpu=%d fit no offering", args...)
+		case desired > in.Desired:
+			reason = NewReason(CodeScaleUp, "scaling up for the rest of the backlog; %d instances of shape cpu=%dm mem=%dMi gpu=%d fit no offering", args...)
+		default:
+			reason = NewReason(CodeSteady, "no new node helps; %d instances of shape cpu=%dm mem=%dMi gpu=%d fit no offering", args...)
+		}
+	case desired > cfg.Nodes.Max:
+		reason = NewReason(CodeAtMax, "%d queued instances need %d nodes; held at max %d", int64(queued), int64(desired), int64(cfg.Nodes.Max))
+	case desired > in.Desired:
+		reason = NewReason(CodeScaleUp, "%d queued instances need %d new nodes and %d spare, effective cost %d cents/h",
+			int64(queued), int64(len(res.New)), int64(spare), int64(math.Round(res.Cost*100)))
+	case len(res.New) == 0 && spare == 0:
+		reason = NewReason(CodeSteady, "%d queued instances fit the free space of existing nodes", int64(queued))
+	default:
+		reason = NewReason(CodeSteady, "%d queued instances need %d nodes; %d already requested", int64(queued), int64(need), int64(in.Desired))
+	}
+	if desired > cfg.Nodes.Max {
+		desired = cfg.Nodes.Max // reason already says so
+	}
+	return Decision{Desired: desired, Reason: reason, Tide: fig}
+}
+
+// settle handles a pool without backlog: release nodes idle for long
+// enough, keep Headroom empty nodes, or stay.
+func (p *tidePolicy) settle(in *Input, v *tideView) Decision {
+	cfg := &p.cfg
+	fig := &TideFigures{}
+	for _, i := range v.idle {
+		fig.Idle = append(fig.Idle, in.Pressure.Nodes[i].ID)
+	}
+	cur := in.Desired
+	timeout := int64(cfg.IdleTimeout / time.Second)
+	// Remove idle nodes while Headroom empty nodes and min remain; only
+	// empty nodes go, so running work always keeps its node.
+	release := min(len(v.idle), max(v.empty-cfg.Headroom, 0), max(v.unmarked-cfg.Nodes.Min, 0))
+	switch {
+	case cur < v.busy:
+		return Decision{Desired: v.busy, Tide: fig,
+			Reason: NewReason(CodeScaleUp, "desired %d is below the %d nodes running work", int64(cur), int64(v.busy))}
+	case release > 0 && v.unmarked-release < cur:
+		target := v.unmarked - release
+		return Decision{Desired: target, Tide: fig,
+			Reason: NewReason(CodeScaleDown, "%d nodes idle for at least %ds: scale down to %d", int64(release), timeout, int64(target))}
+	case v.empty < cfg.Headroom && v.unmarked+cfg.Headroom-v.empty > cur:
+		target := v.unmarked + cfg.Headroom - v.empty
+		return Decision{Desired: target, Tide: fig,
+			Reason: NewReason(CodeScaleUp, "keeping %d spare nodes: %d empty, desired %d", int64(cfg.Headroom), int64(v.empty), int64(target))}
+	case release > 0:
+		return Decision{Desired: cur, Tide: fig,
+			Reason: NewReason(CodeSteady, "%d idle nodes already released: desired %d", int64(release), int64(cur))}
+	}
+	return Decision{Desired: cur, Tide: fig,
+		Reason: NewReason(CodeSteady, "no queued instances; %d busy and %d empty nodes, none idle for %ds", int64(v.busy), int64(v.empty), timeout)}
+}
+
+// tideMix counts the new nodes per offering name, sorted by name.
+func tideMix(res *binpack.Result, offerings []capacity.Offering) []OfferingCount {
+	var mix []OfferingCount
+	for o, c := range res.Counts(len(offerings)) {
+		if c == 0 {
+			continue
+		}
+		name := offerings[o].Name()
+		if i := slices.IndexFunc(mix, func(m OfferingCount) bool { return m.Offering == name }); i >= 0 {
+			mix[i].Count += c // two offerings with one name: count them together
+		} else {
+			mix = append(mix, OfferingCount{Offering: name, Count: c})
+		}
+	}
+	slices.SortFunc(mix, func(a, b OfferingCount) int { return cmp.Compare(a.Offering, b.Offering) })
+	return mix
+}
+
+// tideDaemons returns what the daemons on n request.
+func tideDaemons(n *capacity.Node) capacity.Resources {
+	var sum capacity.Resources
+	for i := range n.Running {
+		if n.Running[i].Daemon {
+			sum = sum.Add(n.Running[i].Requests)
+		}
+	}
+	return sum
+}
+
+// tideMax returns the component-wise maximum of a and b.
+func tideMax(a, b capacity.Resources) capacity.Resources {
+	out := capacity.Resources{MilliCPU: max(a.MilliCPU, b.MilliCPU), Memory: max(a.Memory, b.Memory), GPUs: max(a.GPUs, b.GPUs)}
+	for _, r := range []capacity.Resources{a, b} {
+		for k, v := range r.Extended {
+			if v > out.Extended[k] {
+				if out.Extended == nil {
+					out.Extended = map[string]int64{}
+				}
+				out.Extended[k] = v
+			}
+		}
+	}
+	return out
+}

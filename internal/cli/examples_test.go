@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+)
+
+// TestShippedExamples runs every example of examples/decide (the README's
+// first command among them) and checks the decision each one documents.
+func TestShippedExamples(t *testing.T) {
+	dir := filepath.Join("..", "..", "examples", "decide")
+	tests := []struct {
+		config, snapshot string
+		desired          int
+		check            func(t *testing.T, res map[string]any)
+	}{
+		// A burst of 40 instances of 2 CPUs: one fits the free space of
+		// batch-1; a new 8-CPU node also runs the pool's 100m daemon, so it
+		// holds three, and the other 39 need thirteen nodes, all spot because
+		// its effective cost (0.12 + 0.05 × 2 = 0.22) is below on-demand's 0.40.
+		{"pool.yaml", "burst.json", 15, func(t *testing.T, res map[string]any) {
+			tide, _ := res["tide"].(map[string]any)
+			mix, _ := tide["mix"].([]any)
+			if len(mix) != 1 || mix[0].(map[string]any)["offering"] != "c8/spot" || mix[0].(map[string]any)["count"] != 13.0 {
+				t.Errorf("mix = %v, want 13 × c8/spot", tide["mix"])
+			}
+		}},
+		// Seed 000: queued=12, inflight=4, capacity=8 → 6 nodes.
+		{"skyward.yaml", "skyward.json", 6, nil},
+		// Seed 002, "Scaling out" step 2: M = 4, N = 3, reservation 133.
+		{"target-tracking.yaml", "target-tracking.json", 4, func(t *testing.T, res map[string]any) {
+			tt, _ := res["target_tracking"].(map[string]any)
+			if tt["m"] != 4.0 || tt["n"] != 3.0 || int(tt["capacity_provider_reservation"].(float64)) != 133 {
+				t.Errorf("figures = %v, want M=4 N=3 reservation 133", tt)
+			}
+		}},
+		// Seed 001: 6 of 10 GPU nodes used, minimum 80 % → target 8, mark 2.
+		{"utilization.yaml", "utilization.json", 8, func(t *testing.T, res map[string]any) {
+			u, _ := res["utilization"].(map[string]any)
+			if m, _ := u["mark"].([]any); len(m) != 2 || m[0] != "gpu-9" || m[1] != "gpu-8" {
+				t.Errorf("mark = %v, want [gpu-9 gpu-8]", u["mark"])
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.snapshot, func(t *testing.T) {
+			code, out, errs := run(t, "", "decide", "--config", filepath.Join(dir, tt.config),
+				"--snapshot", filepath.Join(dir, tt.snapshot), "-o", "json")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			var res map[string]any
+			if err := json.Unmarshal([]byte(out), &res); err != nil {
+				t.Fatal(err)
+			}
+			if res["desired"] != float64(tt.desired) {
+				t.Fatalf("desired = %v (%v), want %d", res["desired"], res["reason"], tt.desired)
+			}
+			if tt.check != nil {
+				tt.check(t, res)
+			}
+			// The table form works too.
+			if code, _, errs := run(t, "", "decide", "--config", filepath.Join(dir, tt.config),
+				"--snapshot", filepath.Join(dir, tt.snapshot)); code != 0 {
+				t.Fatalf("table: exit %d: %s", code, errs)
+			}
+		})
+	}
+}
