@@ -1,0 +1,205 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/internal/reconcile"
+)
+
+// The Config defaults.
+const (
+	// DefaultReconcileInterval is seed 000's reconcile_tick_interval.
+	DefaultReconcileInterval = 15 * time.Second
+	// DefaultLaunchTimeout bounds Create → Configured (and a rejoin, and an
+	// unbinding drain).
+	DefaultLaunchTimeout = 10 * time.Minute
+	// DefaultCapacityBackoff is how long an offering that ran out of
+	// capacity is skipped.
+	DefaultCapacityBackoff = 2 * time.Minute
+	// DefaultMaxRetries bounds the consecutive failed attempts of one
+	// machine's Create or Configure before the machine is given up.
+	DefaultMaxRetries = 5
+	// DefaultCluster is the cluster name Configure binds machines to.
+	DefaultCluster = "tide"
+)
+
+// MaxPoolNameLen bounds Config.Pool so that every machine id
+// "<pool>-<ordinal>-<serial>" fits the providers' 63-character limit.
+const MaxPoolNameLen = 32
+
+// maxOrdinal bounds the node ordinals (reconcile.Config's Nodes.Max) for the
+// same reason: 7 digits.
+const maxOrdinal = 9_999_999
+
+// Config configures the controller of one pool. Zero durations and
+// MaxRetries take their defaults.
+type Config struct {
+	// Pool names the pool: 1 to 32 characters from [A-Za-z0-9._-],
+	// starting with a letter or digit. Machine ids start with it.
+	Pool string
+	// Reconcile configures the pool's reconciler (bounds, protected first
+	// node, scale-down delay).
+	Reconcile reconcile.Config
+	// Offerings are what the pool may launch. Each machine is created from
+	// the one of lowest EffectiveCost that is not being skipped after an
+	// insufficient-capacity, quota or invalid answer.
+	Offerings []capacity.Offering
+	// Cluster is the cluster name Configure binds machines to (default
+	// "tide").
+	Cluster string
+	// Bootstrap is the opaque blob Configure hands to every machine (for a
+	// tide worker, an encoded provider.Bootstrap). Required.
+	Bootstrap []byte
+	// ControllerID identifies this controller in provider fences. Required.
+	ControllerID string
+	// ReconcileInterval is the period of Run's reconcile tick.
+	ReconcileInterval time.Duration
+	// LaunchTimeout is how long a machine may take from Create to
+	// Configured (and an Idle joined machine to rejoin, and a drained one to
+	// leave its cluster) before it is deleted and replaced.
+	LaunchTimeout time.Duration
+	// CapacityBackoff is how long an offering is skipped after it answered
+	// InsufficientCapacity, an offering quota or Invalid.
+	CapacityBackoff time.Duration
+	// MaxRetries is how many consecutive failed attempts of one machine's
+	// Create or Configure are retried (one per tick) before the machine is
+	// reported lost and replaced. Deletes are retried forever.
+	MaxRetries int
+}
+
+// withDefaults returns c with zero fields set to their defaults and its
+// slices copied.
+func (c Config) withDefaults() Config {
+	if c.Cluster == "" {
+		c.Cluster = DefaultCluster
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.LaunchTimeout == 0 {
+		c.LaunchTimeout = DefaultLaunchTimeout
+	}
+	if c.CapacityBackoff == 0 {
+		c.CapacityBackoff = DefaultCapacityBackoff
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = DefaultMaxRetries
+	}
+	c.Offerings = slices.Clone(c.Offerings)
+	c.Bootstrap = slices.Clone(c.Bootstrap)
+	return c
+}
+
+// Validate checks the config; errors name the field.
+func (c Config) Validate() error {
+	var errs []error
+	if err := validPool(c.Pool); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Reconcile.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("reconcile: %w", err))
+	}
+	if c.Reconcile.Nodes.Max > maxOrdinal {
+		errs = append(errs, fmt.Errorf("reconcile: nodes: max: at most %d nodes per pool, got %d", maxOrdinal, c.Reconcile.Nodes.Max))
+	}
+	if len(c.Offerings) == 0 {
+		errs = append(errs, errors.New("offerings: at least one is needed"))
+	}
+	seen := map[string]bool{}
+	for i, o := range c.Offerings {
+		if err := o.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("offerings[%d]: %w", i, err))
+		}
+		if seen[o.Name()] {
+			errs = append(errs, fmt.Errorf("offerings[%d]: offering %q listed twice", i, o.Name()))
+		}
+		seen[o.Name()] = true
+	}
+	if len(c.Bootstrap) == 0 {
+		errs = append(errs, errors.New("bootstrap: must not be empty"))
+	} else if len(c.Bootstrap) > provider.MaxBootstrapSize {
+		errs = append(errs, fmt.Errorf("bootstrap: %d bytes, at most %d allowed", len(c.Bootstrap), provider.MaxBootstrapSize))
+	}
+	if c.ControllerID == "" {
+		errs = append(errs, errors.New("controller_id: must be set"))
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"reconcile_interval", c.ReconcileInterval}, {"launch_timeout", c.LaunchTimeout},
+		{"capacity_backoff", c.CapacityBackoff},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative, got %s", d.field, d.v))
+		}
+	}
+	if c.MaxRetries < 0 {
+		errs = append(errs, fmt.Errorf("max_retries: must not be negative, got %d", c.MaxRetries))
+	}
+	return errors.Join(errs...)
+}
+
+// validPool checks a pool name: see Config.Pool.
+func validPool(s string) error {
+	if s == "" {
+		return errors.New("pool: must be set")
+	}
+	if len(s) > MaxPoolNameLen {
+		return fmt.Errorf("pool: %q has %d characters, at most %d allowed", s, len(s), MaxPoolNameLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || !strings.ContainsRune("-_.", rune(c))) {
+			return fmt.Errorf("pool: %q: use letters, digits, '-', '_' and '.', starting with a letter or digit", s)
+		}
+	}
+	return nil
+}
+
+// Deps are the controller's collaborators. Provider, Journal and Workload
+// are required; the others have defaults.
+type Deps struct {
+	// Provider is where the pool's machines come from. When Metrics is set
+	// the controller wraps it with provider.Instrument.
+	Provider provider.Provider
+	// Journal persists what the controller must remember across a crash.
+	Journal Journal
+	// Workload is the scheduler side: dispatch on/off and "is this node
+	// running work". Use IdleWorkload for a pool that runs nothing.
+	Workload Workload
+	// Clock is the time source (default the wall clock).
+	Clock clock.Clock
+	// Logger receives every Event as a log line (default: discarded).
+	Logger *slog.Logger
+	// Metrics is the registry for the pool gauges, the event counter and
+	// the provider call metrics (nil: no metrics).
+	Metrics prometheus.Registerer
+	// Events receives every Event (nil: events are only logged and counted).
+	Events EventSink
+}
+
+func (d *Deps) validate() error {
+	var errs []error
+	if d.Provider == nil {
+		errs = append(errs, errors.New("deps: provider: must be set"))
+	}
+	if d.Journal == nil {
+		errs = append(errs, errors.New("deps: journal: must be set"))
+	}
+	if d.Workload == nil {
+		errs = append(errs, errors.New("deps: workload: must be set (use IdleWorkload for a pool that runs nothing)"))
+	}
+	return errors.Join(errs...)
+}

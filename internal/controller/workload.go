@@ -1,0 +1,57 @@
+package controller
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/tide-project/tide/internal/reconcile"
+)
+
+// Node names one node of a pool for the Workload: its reconciler ordinal and
+// the machine that serves it.
+type Node struct {
+	Pool string
+	ID   reconcile.NodeID
+	// MachineID is the provider's machine id.
+	MachineID string
+	// Host is the machine's address; empty while it has none.
+	Host string
+}
+
+// String formats the node as "pool/ordinal (machine)".
+func (n Node) String() string {
+	return n.Pool + "/" + strconv.Itoa(int(n.ID)) + " (" + n.MachineID + ")"
+}
+
+// Workload is the scheduler side of a pool as the controller needs it: stop
+// and resume dispatch to a node, and tell whether a node still runs
+// non-daemon work. A drain is Cordon, then waiting until Busy is false, then
+// the provider's Drain; an aborted drain is Uncordon. All methods must be
+// idempotent and safe for concurrent use; an error is reported as an event
+// and the call is retried on the next tick.
+type Workload interface {
+	// Cordon stops dispatching new work to the node.
+	Cordon(ctx context.Context, n Node) error
+	// Uncordon resumes dispatching work to the node.
+	Uncordon(ctx context.Context, n Node) error
+	// Busy reports whether the node runs non-daemon work. The controller
+	// asks it for the joined nodes it adopts after a restart, and for each
+	// cordoned node until it is empty.
+	Busy(ctx context.Context, n Node) (bool, error)
+}
+
+// IdleWorkload is the Workload of a pool that runs nothing the controller
+// must wait for (the simulator's pools, benchmarks): dispatch changes are
+// no-ops and every node is empty.
+type IdleWorkload struct{}
+
+var _ Workload = IdleWorkload{}
+
+// Cordon does nothing.
+func (IdleWorkload) Cordon(context.Context, Node) error { return nil }
+
+// Uncordon does nothing.
+func (IdleWorkload) Uncordon(context.Context, Node) error { return nil }
+
+// Busy reports false.
+func (IdleWorkload) Busy(context.Context, Node) (bool, error) { return false, nil }
