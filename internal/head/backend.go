@@ -142,6 +142,7 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 	}
 	ins := make([]store.Instance, replicas)
 	ids := make([]string, replicas)
+	now := h.clk.Now()
 	for i := range ins {
 		id := uuid.NewString()
 		n := name
@@ -154,12 +155,13 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 		ids[i] = id
 		ins[i] = store.Instance{ID: id, Name: n, Command: cmd, Pool: pool, Requests: res, Exclusive: exclusive,
 			Daemon: req.Daemon != nil && *req.Daemon, Labels: req.Labels, Env: req.Env, Venv: venv,
-			RequestedGPUIndices: req.GPUIndices, RestartPolicy: policy, MaxRestarts: maxRestarts}
+			RequestedGPUIndices: req.GPUIndices, RestartPolicy: policy, MaxRestarts: maxRestarts,
+			CreatedAt: now, QueuedAt: now}
 		if target != nil {
 			ins[i].TargetWorker = target.ID
 		}
 	}
-	if err := h.st.InsertInstances(ctx, ins, h.clk.Now()); err != nil {
+	if err := h.inserts.insert(ctx, ins, now); err != nil {
 		return nil, err
 	}
 	h.m.submitted.Add(float64(replicas))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -67,6 +68,7 @@ func BenchmarkSubmitHTTP(b *testing.B) {
 				b.Error(err)
 				return
 			}
+			io.Copy(io.Discard, resp.Body) // drained, so the connection is reused
 			resp.Body.Close()
 			if resp.StatusCode != 200 {
 				b.Errorf("status %d", resp.StatusCode)

@@ -49,6 +49,8 @@ type Head struct {
 	epoch  int64
 	notify *notifier
 	poke   chan struct{}
+	// inserts group-commits concurrent submits.
+	inserts *groupCommit
 
 	mu       sync.Mutex
 	pressure map[string]capacity.Pressure
@@ -104,7 +106,7 @@ func New(ctx context.Context, cfg Config) (*Head, error) {
 		return nil, fmt.Errorf("start head: epoch %d overflows the wire generation", epoch)
 	}
 	h := &Head{cfg: cfg, st: st, clk: cfg.Clock, log: cfg.Logger, epoch: epoch, notify: newNotifier(),
-		poke: make(chan struct{}, 1), m: newMetrics(cfg.Registry)}
+		poke: make(chan struct{}, 1), inserts: &groupCommit{st: st}, m: newMetrics(cfg.Registry)}
 	h.log.Info("head started", "epoch", epoch, "db", cfg.dbPath())
 	return h, nil
 }

@@ -65,6 +65,14 @@ func isUniqueName(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: instances.name")
 }
 
+const (
+	insertInstanceSQL = `INSERT INTO instances (id, name, command, status, pool, cpu_milli,
+		memory_bytes, gpus, exclusive, daemon, labels, env, target_worker, requested_gpu_indices, venv,
+		restart_policy, max_restarts, created_at, queued_at)
+		VALUES (?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	insertLabelSQL = `INSERT INTO instance_labels (instance_id, key, value) VALUES (?, ?, ?)`
+)
+
 // InsertInstances adds new PENDING instances in one transaction: all or
 // none. Each needs ID, Name and Command; CreatedAt and QueuedAt default to
 // now. A duplicate name fails the whole batch with a *NameTakenError.
@@ -74,18 +82,9 @@ func (s *Store) InsertInstances(ctx context.Context, ins []Instance, now time.Ti
 		return fmt.Errorf("insert instances: begin: %w", err)
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO instances (id, name, command, status, pool, cpu_milli,
-		memory_bytes, gpus, exclusive, daemon, labels, env, target_worker, requested_gpu_indices, venv,
-		restart_policy, max_restarts, created_at, queued_at)
-		VALUES (?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("insert instances: prepare: %w", err)
-	}
+	stmt := tx.StmtContext(ctx, s.insertInstance)
 	defer stmt.Close()
-	lstmt, err := tx.PrepareContext(ctx, `INSERT INTO instance_labels (instance_id, key, value) VALUES (?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("insert instances: prepare labels: %w", err)
-	}
+	lstmt := tx.StmtContext(ctx, s.insertLabel)
 	defer lstmt.Close()
 	for i := range ins {
 		in := &ins[i]

@@ -51,6 +51,11 @@ type Store struct {
 	w    *sql.DB // single writer connection
 	r    *sql.DB // read-only pool
 	path string
+
+	// insertInstance and insertLabel are the hot submit statements,
+	// prepared once on the writer connection and bound to each transaction,
+	// so a submit does not parse SQL.
+	insertInstance, insertLabel *sql.Stmt
 }
 
 // Open opens (creating if needed) the database at path and applies pending
@@ -80,6 +85,15 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	if s.insertInstance, err = w.PrepareContext(ctx, insertInstanceSQL); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open store %s: prepare: %w", path, err)
+	}
+	if s.insertLabel, err = w.PrepareContext(ctx, insertLabelSQL); err != nil {
+		s.insertInstance.Close()
+		w.Close()
+		return nil, fmt.Errorf("open store %s: prepare: %w", path, err)
+	}
 	n := opts.ReadConns
 	if n <= 0 {
 		n = 4
@@ -100,7 +114,7 @@ func (s *Store) Path() string { return s.path }
 
 // Close closes both connection pools.
 func (s *Store) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	return errors.Join(s.insertInstance.Close(), s.insertLabel.Close(), s.r.Close(), s.w.Close())
 }
 
 // migrations are applied in order; user_version records how many ran.

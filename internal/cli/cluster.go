@@ -1,0 +1,222 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tide-project/tide/internal/agent"
+	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/head"
+)
+
+// defaultDataDir is ~/.tide/<sub>, or .tide/<sub> without a home.
+func defaultDataDir(sub string) string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(".tide", sub)
+	}
+	return filepath.Join(home, ".tide", sub)
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, badInput(fmt.Errorf("--log-level: want debug, info, warn or error, got %q", level))
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func newHeadCmd(s Streams) *cobra.Command {
+	var (
+		cfg      head.Config
+		addr     string
+		logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "head",
+		Short: "Run the cluster head: HTTP API (PyLet-compatible), scheduler and state in SQLite",
+		Long: `Run the cluster head: the HTTP API (PyLet's paths and shapes), the scheduler,
+liveness and the long-poll heartbeat that workers hold, with the state in SQLite
+under --data-dir. It listens on 127.0.0.1:8000 unless told otherwise; listening
+beyond loopback needs a token (--token, or $TIDE_TOKEN) or --insecure.
+Workers join with --join-token ($TIDE_JOIN_TOKEN), or the admin token.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Port < 0 || cfg.Port > 65535 {
+				return badInput(fmt.Errorf("--port %d is out of range", cfg.Port))
+			}
+			if addr != "" {
+				if _, _, err := net.SplitHostPort(addr); err != nil {
+					addr = net.JoinHostPort(strings.Trim(addr, "[]"), strconv.Itoa(cfg.Port))
+				}
+				cfg.Addr = addr
+			}
+			if cfg.Token == "" {
+				cfg.Token = os.Getenv(client.EnvToken)
+			}
+			if cfg.JoinToken == "" {
+				cfg.JoinToken = os.Getenv("TIDE_JOIN_TOKEN")
+			}
+			log, err := newLogger(s.Err, logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			scheme := "http"
+			if cfg.TLSCertFile != "" {
+				scheme = "https"
+			}
+			cfg.OnListen = func(a net.Addr) { fmt.Fprintf(s.Err, "tide head listening on %s://%s\n", scheme, a) }
+			if err := head.Run(cmd.Context(), cfg); err != nil {
+				if strings.HasPrefix(err.Error(), "head config:") {
+					return badInput(err)
+				}
+				return err
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Port, "port", 8000, "port to listen on (PyLet's default)")
+	f.StringVar(&addr, "addr", "", "address to listen on, host or host:port (default 127.0.0.1)")
+	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir("head"), "directory of the head's SQLite database")
+	f.StringVar(&cfg.Token, "token", "", "admin token required by the API (env "+client.EnvToken+")")
+	f.StringVar(&cfg.JoinToken, "join-token", "", "token workers register with (env TIDE_JOIN_TOKEN)")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "allow listening beyond loopback without a token")
+	f.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate (PEM); serves HTTPS with --tls-key")
+	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key (PEM)")
+	f.BoolVar(&cfg.Durable, "durable", false, "fsync every commit (survive power loss, slower)")
+	f.DurationVar(&cfg.PollTimeout, "poll-timeout", 30*time.Second, "how long a worker's heartbeat is held without news")
+	f.DurationVar(&cfg.SuspectAfter, "suspect-after", 75*time.Second, "silence after which a worker is SUSPECT (poll timeout + 10s at least)")
+	f.DurationVar(&cfg.OfflineAfter, "offline-after", 120*time.Second, "silence after which a worker is OFFLINE and its instances UNKNOWN or requeued")
+	f.DurationVar(&cfg.LivenessInterval, "liveness-interval", 5*time.Second, "how often worker liveness is checked")
+	f.DurationVar(&cfg.SchedulerInterval, "scheduler-interval", 2*time.Second, "scheduling pass period when nothing changes")
+	f.DurationVar(&cfg.DefaultGracePeriod, "grace-period", 30*time.Second, "default SIGTERM→SIGKILL grace period of a cancel")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func newWorkerCmd(s Streams) *cobra.Command {
+	var (
+		cfg                 agent.Config
+		cf                  clientFlags
+		cpu, memory, ports  string
+		gpus                int64
+		labels              []string
+		logLevel            string
+		logMaxBytes, logMax string
+	)
+	cmd := &cobra.Command{
+		Use:   "worker --head URL --name NAME",
+		Short: "Run a worker: join a head and run the instances it places here",
+		Long: `Run a worker: register with the head, long-poll it for the instances placed
+here and run them as local processes, serving their logs to the head.
+
+The worker keeps its identity, the records of its processes and their logs in
+--data-dir: restarted on the same directory it keeps its name, adopts the
+processes still running and reports those that ended meanwhile, so nothing
+runs twice. CPU and memory are detected unless given.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.HeadURL = cf.head
+			if cfg.HeadURL == "" {
+				cfg.HeadURL = os.Getenv(client.EnvHead)
+			}
+			if cfg.HeadURL == "" {
+				cfg.HeadURL = client.DefaultHead
+			}
+			if cfg.JoinToken == "" {
+				cfg.JoinToken = os.Getenv("TIDE_JOIN_TOKEN")
+			}
+			if cfg.JoinToken == "" {
+				cfg.JoinToken = cf.token
+			}
+			if cfg.JoinToken == "" {
+				cfg.JoinToken = os.Getenv(client.EnvToken)
+			}
+			var err error
+			if cpu != "" {
+				if cfg.Resources.MilliCPU, err = capacity.ParseCPU(cpu); err != nil {
+					return badInput(fmt.Errorf("--cpu: %w", err))
+				}
+			}
+			if memory != "" {
+				if cfg.Resources.Memory, err = capacity.ParseBytes(memory); err != nil {
+					return badInput(fmt.Errorf("--memory: %w", err))
+				}
+			}
+			if gpus < 0 {
+				return badInput(fmt.Errorf("--gpus %d must not be negative", gpus))
+			}
+			cfg.Resources.GPUs = gpus
+			if cfg.Labels, err = parseKV("label", labels); err != nil {
+				return err
+			}
+			lo, hi, ok := strings.Cut(ports, "-")
+			if cfg.PortMin, err = strconv.Atoi(lo); err != nil || !ok {
+				return badInput(fmt.Errorf("--port-range %q: want MIN-MAX", ports))
+			}
+			if cfg.PortMax, err = strconv.Atoi(hi); err != nil {
+				return badInput(fmt.Errorf("--port-range %q: want MIN-MAX", ports))
+			}
+			if cfg.LogSegmentBytes, err = capacity.ParseBytes(logMaxBytes); err != nil {
+				return badInput(fmt.Errorf("--log-max-bytes: %w", err))
+			}
+			cfg.LogMaxFiles, err = strconv.Atoi(logMax)
+			if err != nil || cfg.LogMaxFiles < 1 {
+				return badInput(fmt.Errorf("--log-max-files %q: want a positive integer", logMax))
+			}
+			if cfg.HTTPClient, err = httpClient(cf.caCert, 0); err != nil {
+				return badInput(err)
+			}
+			log, err := newLogger(s.Err, logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			cfg.OnReady = func(i agent.Info) {
+				fmt.Fprintf(s.Err, "tide worker %s joined %s (logs on %s, %s)\n", i.WorkerID, cfg.HeadURL, i.LogAddr, i.Resources)
+			}
+			if err := agent.Run(cmd.Context(), cfg); err != nil {
+				if strings.HasPrefix(err.Error(), "worker config:") {
+					return badInput(err)
+				}
+				return err
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cf.head, "head", "", "head URL (env "+client.EnvHead+", default "+client.DefaultHead+")")
+	f.StringVar(&cf.token, "token", "", "admin token, used to join when no join token is given (env "+client.EnvToken+")")
+	f.StringVar(&cf.caCert, "ca-cert", "", "PEM file of the CA that signed the head's TLS certificate")
+	f.StringVar(&cfg.Name, "name", "", "stable worker name (target_worker); default: the name kept in --data-dir, else a new id")
+	f.StringVar(&cfg.JoinToken, "join-token", "", "join token (env TIDE_JOIN_TOKEN)")
+	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir("worker"), "identity, process records and logs")
+	f.StringVar(&cpu, "cpu", "", "CPU to offer, cores or millicores (\"8\", \"7500m\"); default: all")
+	f.StringVar(&memory, "memory", "", "memory to offer (\"16Gi\"); default: the machine's or cgroup's")
+	f.Int64Var(&gpus, "gpus", 0, "GPUs to offer")
+	f.StringVar(&cfg.Pool, "pool", "", "node pool this worker belongs to")
+	f.StringArrayVar(&labels, "label", nil, "worker label key=value (repeatable)")
+	f.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "host or IP others reach this worker at (default: the address of the route to the head)")
+	f.StringVar(&cfg.LogAddr, "log-addr", "", "log server listen address (default 127.0.0.1:15599 on loopback, else :15599)")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "serve logs beyond loopback without a join token")
+	f.StringVar(&ports, "port-range", fmt.Sprintf("%d-%d", agent.DefaultPortMin, agent.DefaultPortMax), "ports handed to instances as PORT")
+	f.StringVar(&logMaxBytes, "log-max-bytes", "10Mi", "size of one log segment per instance")
+	f.StringVar(&logMax, "log-max-files", strconv.Itoa(agent.DefaultLogFiles), "log segments kept per instance")
+	f.DurationVar(&cfg.DefaultGracePeriod, "grace-period", agent.DefaultGracePeriod, "SIGTERM→SIGKILL grace when the head gives none")
+	f.DurationVar(&cfg.RetryMax, "retry-max", 5*time.Second, "longest wait between attempts to reach the head")
+	f.BoolVar(&cfg.StopOnExit, "stop-on-exit", false, "stop every instance when the worker exits (default: leave them to be adopted)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
