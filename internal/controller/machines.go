@@ -59,6 +59,29 @@ type doomed struct {
 	tries     int
 }
 
+// ParseMachineID reads the ordinal out of a machine id that the controller
+// of pool made ("<pool>-<ordinal>-<serial>"); ok is false for any other id.
+// A worker started on a machine is named after it, which is how a node of a
+// pressure report is matched to its ordinal.
+func ParseMachineID(pool, id string) (ordinal reconcile.NodeID, ok bool) {
+	rest, ok := strings.CutPrefix(id, pool+"-")
+	if !ok {
+		return 0, false
+	}
+	ord, serial, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, false
+	}
+	if _, err := strconv.ParseUint(serial, 10, 64); err != nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(ord)
+	if err != nil || n < 0 || strconv.Itoa(n) != ord {
+		return 0, false
+	}
+	return reconcile.NodeID(n), true
+}
+
 // machineID names the machine of ordinal id made from serial.
 func machineID(pool string, id reconcile.NodeID, serial uint64) string {
 	var b strings.Builder

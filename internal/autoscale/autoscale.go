@@ -1,0 +1,206 @@
+// Package autoscale runs one pool's scaling policy: it receives the
+// scheduler's pressure reports, evaluates the pool's policy on every change
+// and on a periodic tick that replays the last report (so an idle pool still
+// shrinks, seed 000), and hands each decision to the pool's controller.
+//
+//	head scheduler ──Observe(pressure)──► Pool ──policy.Decide──► controller.SetDesired
+//	                                       ▲                       controller.ReportBusy
+//	                         clock tick ───┘ (replays the last report)
+//
+// The policy stays pure; this package owns the loop, the clock and the
+// bookkeeping a policy needs between calls (its State and the current
+// desired count), and it says why in an event whenever the decision, or the
+// reason for not deciding, changes. One goroutine (Run) owns the evaluation;
+// Observe is safe from any goroutine. Evaluate is the same pass, called
+// synchronously, for tests and the simulator.
+package autoscale
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/policy"
+	"github.com/tide-project/tide/internal/reconcile"
+)
+
+// Target is the pool's controller as this loop needs it.
+type Target interface {
+	// SetDesired hands a decision to the reconciler.
+	SetDesired(d policy.Decision)
+	// ReportBusy says whether a node runs non-daemon work.
+	ReportBusy(id reconcile.NodeID, busy bool)
+}
+
+// Event is one thing worth telling a person: a decision or a reason not to
+// decide.
+type Event struct {
+	Time    time.Time
+	Pool    string
+	Reason  string // the policy's reason code, e.g. "scale-up", "at-max", "cooldown"
+	Message string
+	// Changed is set when the desired count changed.
+	Changed bool
+}
+
+// Config configures one pool's loop.
+type Config struct {
+	// Pool names the pool.
+	Pool string
+	// Policy is the pool's policy.
+	Policy policy.Policy
+	// Desired is the desired count to start from (the controller's).
+	Desired int
+	// Interval is the period of the tick that replays the last report
+	// (default 5s; seed 000 uses the cooldown).
+	Interval time.Duration
+	// Ordinal maps a node id of the pressure report (a worker name) to the
+	// reconciler's ordinal; ok=false for nodes that are not the pool's
+	// machines (they are left out of the report). Nil keeps every node with
+	// the ordinal the report carries.
+	Ordinal func(nodeID string) (reconcile.NodeID, bool)
+}
+
+// Pool is the loop of one pool.
+type Pool struct {
+	cfg    Config
+	target Target
+	clk    clock.Clock
+	emit   func(Event)
+
+	poke chan struct{}
+
+	mu       sync.Mutex
+	pressure capacity.Pressure
+	observed bool
+	state    policy.State
+	desired  int
+	last     policy.Decision
+	lastAt   time.Time
+	lastCode string
+	busy     map[reconcile.NodeID]bool
+}
+
+// New returns the loop of one pool. emit receives events (may be nil).
+func New(cfg Config, target Target, clk clock.Clock, emit func(Event)) (*Pool, error) {
+	if cfg.Pool == "" {
+		return nil, fmt.Errorf("autoscale: pool: must be set")
+	}
+	if cfg.Policy == nil {
+		return nil, fmt.Errorf("autoscale: pool %q: policy: must be set", cfg.Pool)
+	}
+	if target == nil || clk == nil {
+		return nil, fmt.Errorf("autoscale: pool %q: a target and a clock are required", cfg.Pool)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	if emit == nil {
+		emit = func(Event) {}
+	}
+	return &Pool{cfg: cfg, target: target, clk: clk, emit: emit, poke: make(chan struct{}, 1),
+		desired: cfg.Desired, busy: map[reconcile.NodeID]bool{}}, nil
+}
+
+// Observe records a new pressure report for the pool and wakes the loop.
+// Safe for concurrent use; the report is not retained by the caller.
+func (p *Pool) Observe(pr capacity.Pressure) {
+	pr = p.ownNodes(pr)
+	p.mu.Lock()
+	p.pressure, p.observed = pr, true
+	p.mu.Unlock()
+	select {
+	case p.poke <- struct{}{}:
+	default:
+	}
+}
+
+// ownNodes keeps the pool's machines and gives them the reconciler's ordinals.
+func (p *Pool) ownNodes(pr capacity.Pressure) capacity.Pressure {
+	if p.cfg.Ordinal == nil {
+		return pr
+	}
+	out := capacity.Pressure{Pending: pr.Pending, Nodes: make([]capacity.Node, 0, len(pr.Nodes))}
+	for _, n := range pr.Nodes {
+		ord, ok := p.cfg.Ordinal(n.ID)
+		if !ok {
+			continue
+		}
+		n.Ordinal = int(ord)
+		out.Nodes = append(out.Nodes, n)
+	}
+	return out
+}
+
+// Run evaluates on every report and every Interval until ctx ends.
+func (p *Pool) Run(ctx context.Context) error {
+	t := p.clk.NewTicker(p.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.poke:
+		case <-t.C():
+		}
+		p.Evaluate(p.clk.Now())
+	}
+}
+
+// Evaluate runs the policy once on the last report at now, reports node
+// busyness and a changed decision to the target, and returns the decision.
+// Before the first report it does nothing and returns ok=false.
+func (p *Pool) Evaluate(now time.Time) (d policy.Decision, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.observed {
+		return d, false
+	}
+	for _, n := range p.pressure.Nodes {
+		id, busy := reconcile.NodeID(n.Ordinal), n.Busy()
+		if was, seen := p.busy[id]; !seen || was != busy {
+			p.busy[id] = busy
+			p.target.ReportBusy(id, busy)
+		}
+	}
+	d = p.cfg.Policy.Decide(policy.Input{Now: now, Desired: p.desired, Pressure: p.pressure, State: p.state})
+	p.state = d.State
+	changed := d.Desired != p.desired
+	if changed {
+		p.target.SetDesired(d)
+	}
+	if changed || d.Reason.Code != p.lastCode {
+		msg := d.Reason.String()
+		if changed {
+			msg = "desired " + strconv.Itoa(p.desired) + " -> " + strconv.Itoa(d.Desired) + ": " + msg
+		}
+		p.emit(Event{Time: now, Pool: p.cfg.Pool, Reason: d.Reason.Code, Message: msg, Changed: changed})
+	}
+	p.desired, p.last, p.lastAt, p.lastCode = d.Desired, d, now, d.Reason.Code
+	return d, true
+}
+
+// Status is the loop's view of the pool.
+type Status struct {
+	Desired  int
+	Queued   int
+	Inflight int
+	// Reason is the last decision's reason and At when it was taken.
+	Reason string
+	At     time.Time
+}
+
+// Status returns the last decision and the last report's counts.
+func (p *Pool) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Status{Desired: p.desired, Queued: p.pressure.Queued(), Inflight: p.pressure.Inflight(), At: p.lastAt}
+	if p.lastCode != "" {
+		s.Reason = p.lastCode + ": " + p.last.Reason.String()
+	}
+	return s
+}

@@ -1,0 +1,189 @@
+package autoscale
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/controller"
+	"github.com/tide-project/tide/internal/policy"
+	"github.com/tide-project/tide/internal/reconcile"
+)
+
+type fakeTarget struct {
+	mu        sync.Mutex
+	decisions []int
+	busy      []string
+}
+
+func (f *fakeTarget) SetDesired(d policy.Decision) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.decisions = append(f.decisions, d.Desired)
+}
+
+func (f *fakeTarget) ReportBusy(id reconcile.NodeID, busy bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.busy = append(f.busy, fmt.Sprintf("%d=%t", id, busy))
+}
+
+func (f *fakeTarget) snapshot() ([]int, []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.decisions...), append([]string(nil), f.busy...)
+}
+
+var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+func skyward(t *testing.T, spec capacity.NodeSpec) policy.Policy {
+	t.Helper()
+	p, err := policy.New(policy.Config{Policy: policy.Skyward, Nodes: spec, SlotsPerNode: 2,
+		Cooldown: 30 * time.Second, IdleTimeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// pressure builds a report of machines named like the controller names them,
+// each running `running[i]` one-CPU instances, plus queued instances.
+func pressure(pool string, running []int, queued int) capacity.Pressure {
+	var p capacity.Pressure
+	for i, r := range running {
+		n := capacity.Node{ID: fmt.Sprintf("%s-%d-%d", pool, i, i+1), Ordinal: 100 + i, Resources: capacity.CPU(2000)}
+		for range r {
+			n.Running = append(n.Running, capacity.Instance{Requests: capacity.CPU(1000)})
+		}
+		p.Nodes = append(p.Nodes, n)
+	}
+	if queued > 0 {
+		p.Pending = []capacity.Pending{{Requests: capacity.CPU(1000), Count: queued}}
+	}
+	return p
+}
+
+func newPool(t *testing.T, target Target, clk clock.Clock, desired int, events *[]Event) *Pool {
+	t.Helper()
+	p, err := New(Config{Pool: "batch", Policy: skyward(t, capacity.Elastic(0, 6)), Desired: desired, Interval: 30 * time.Second,
+		Ordinal: func(id string) (reconcile.NodeID, bool) { return controller.ParseMachineID("batch", id) }},
+		target, clk, func(e Event) { *events = append(*events, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestEvaluateDecidesOnReportsAndTicks(t *testing.T) {
+	target := &fakeTarget{}
+	var events []Event
+	p := newPool(t, target, clock.NewFake(t0), 2, &events)
+	if _, ok := p.Evaluate(t0); ok {
+		t.Fatal("evaluated before any report")
+	}
+	// A foreign worker (not one of the pool's machines) is left out.
+	pr := pressure("batch", []int{2, 2}, 6)
+	pr.Nodes = append(pr.Nodes, capacity.Node{ID: "someone-else", Resources: capacity.CPU(2000)})
+	p.Observe(pr)
+	d, ok := p.Evaluate(t0)
+	if !ok || d.Desired != 5 {
+		t.Fatalf("desired %d (%s), want 2 + ceil(6/2) = 5", d.Desired, d.Reason)
+	}
+	// Ordinals come from the machine ids, not from the report.
+	if decisions, busy := target.snapshot(); fmt.Sprint(decisions) != "[5]" || fmt.Sprint(busy) != "[0=true 1=true]" {
+		t.Fatalf("decisions %v busy %v", decisions, busy)
+	}
+	// The work finishes: nothing changes until the idle timeout has passed,
+	// and then a tick replaying the same report shrinks the pool.
+	p.Observe(pressure("batch", []int{0, 0, 0, 0, 0}, 0))
+	for _, at := range []time.Duration{31 * time.Second, 60 * time.Second, 91 * time.Second} {
+		d, _ = p.Evaluate(t0.Add(at))
+	}
+	if d.Desired != 0 {
+		t.Fatalf("after idling: desired %d (%s), want 0", d.Desired, d.Reason)
+	}
+	decisions, busy := target.snapshot()
+	if fmt.Sprint(decisions) != "[5 0]" {
+		t.Fatalf("decisions %v, want [5 0]", decisions)
+	}
+	if !strings.Contains(fmt.Sprint(busy), "0=false") || strings.Count(fmt.Sprint(busy), "0=") != 2 {
+		t.Fatalf("busy reports %v: each change once", busy)
+	}
+	// An event for each change, and for each change of reason; none repeated.
+	var codes []string
+	for _, e := range events {
+		codes = append(codes, e.Reason)
+	}
+	if len(events) < 3 || !events[0].Changed || !strings.HasPrefix(events[0].Message, "desired 2 -> 5: ") {
+		t.Fatalf("events %+v", events)
+	}
+	for i := 1; i < len(codes); i++ {
+		if codes[i] == codes[i-1] && !events[i].Changed {
+			t.Fatalf("repeated event %q: %v", codes[i], codes)
+		}
+	}
+	if st := p.Status(); st.Desired != 0 || !strings.HasPrefix(st.Reason, "idle") {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestRunWakesOnReportsAndTicks runs the loop's goroutine in a synctest
+// bubble: synctest.Wait returns once it is blocked again, so the test needs
+// no sleeping or polling.
+func TestRunWakesOnReportsAndTicks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		target := &fakeTarget{}
+		clk := clock.NewFake(t0)
+		p, err := New(Config{Pool: "batch", Policy: skyward(t, capacity.Elastic(0, 6)), Interval: 30 * time.Second},
+			target, clk, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		p.Observe(pressure("batch", nil, 4))
+		synctest.Wait()
+		if d, _ := target.snapshot(); fmt.Sprint(d) != "[2]" {
+			t.Fatalf("after a report: decisions %v, want [2]", d)
+		}
+		// Idle from now on: only the ticks can shrink the pool.
+		p.Observe(pressure("batch", []int{0, 0}, 0))
+		synctest.Wait()
+		for range 4 {
+			clk.Advance(30 * time.Second)
+			synctest.Wait()
+		}
+		if d, _ := target.snapshot(); fmt.Sprint(d) != "[2 0]" {
+			t.Fatalf("after idle ticks: decisions %v, want [2 0]", d)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestNewValidates(t *testing.T) {
+	pol := skyward(t, capacity.Elastic(0, 2))
+	for _, tt := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Policy: pol}, "pool: must be set"},
+		{Config{Pool: "a"}, "policy: must be set"},
+	} {
+		if _, err := New(tt.cfg, &fakeTarget{}, clock.NewFake(t0), nil); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%+v) = %v, want %q", tt.cfg, err, tt.want)
+		}
+	}
+	if _, err := New(Config{Pool: "a", Policy: pol}, nil, clock.NewFake(t0), nil); err == nil {
+		t.Error("nil target accepted")
+	}
+}
