@@ -27,8 +27,10 @@ const (
 	Draining State = "draining"
 	// Deleting is a machine being released; the target is gone.
 	Deleting State = "deleting"
-	// Failed is a machine whose transition did not finish in time. It keeps
-	// whatever it holds (and costs money) until it is deleted.
+	// Failed is a machine whose transition did not finish in time, or whose
+	// host was lost while it was Idle or Configured (a local worker process
+	// that died). It keeps whatever it holds (and costs money) until it is
+	// deleted.
 	Failed State = "failed"
 )
 
@@ -53,9 +55,9 @@ func (s State) Transitional() bool {
 var transitions = map[State][]State{
 	Speculative: {Creating, Deleting},
 	Creating:    {Idle, Failed, Deleting},
-	Idle:        {Configuring, Deleting},
+	Idle:        {Configuring, Failed, Deleting},
 	Configuring: {Configured, Draining, Failed, Deleting},
-	Configured:  {Draining, Deleting},
+	Configured:  {Draining, Failed, Deleting},
 	Draining:    {Idle, Failed, Deleting},
 	Deleting:    {},
 	Failed:      {Deleting},

@@ -1,5 +1,6 @@
 // Package store keeps the head's cluster state (workers, instances, GPU
-// allocations) in SQLite through the pure-Go modernc.org/sqlite driver.
+// allocations) and the pool controllers' journals in SQLite through the
+// pure-Go modernc.org/sqlite driver.
 //
 // Guarantees:
 //   - The database runs in WAL mode with synchronous=NORMAL: a committed
@@ -204,6 +205,8 @@ CREATE TABLE instance_allocations (
 );
 CREATE INDEX instance_allocations_worker ON instance_allocations(worker_id);
 `,
+	// 2: the pool controllers' journals (journal.go).
+	journalSchema,
 }
 
 // SchemaVersion is the number of migrations this build knows.
