@@ -66,6 +66,7 @@ func newRoot(s Streams) *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return flagError{err} })
 	root.AddCommand(newDecide(s))
+	root.AddCommand(newFleetCmd(s))
 	root.AddCommand(newHeadCmd(s), newWorkerCmd(s), newSubmitCmd(s), newListCmd(s), newGetCmd(s), newLogsCmd(s),
 		newCancelCmd(s), newResultCmd(s), newDeleteCmd(s), newWorkersCmd(s))
 	return root
