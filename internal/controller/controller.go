@@ -52,6 +52,10 @@ type Controller struct {
 	doomedBy  map[string]*doomed
 	skipUntil map[string]time.Time // offering name → skipped until
 	queue     []reconcile.Event    // events for the reconciler, in order
+	// busyHint is the last busy report of each node. A report can arrive
+	// before the controller sees the node join (the worker registers with
+	// the head before the next List); it is replayed after NodeJoined.
+	busyHint map[reconcile.NodeID]bool
 	saved     int                  // desired count in the journal
 	hasSaved  bool
 	list      []provider.Machine           // this tick's List
@@ -372,6 +376,24 @@ func (c *Controller) drive(ctx context.Context) {
 		ev := c.queue[0]
 		c.queue[0] = nil
 		c.queue = c.queue[1:]
+		switch e := ev.(type) {
+		case reconcile.NodeBusy:
+			if c.busyHint == nil {
+				c.busyHint = map[reconcile.NodeID]bool{}
+			}
+			c.busyHint[e.ID] = e.Busy
+			if !slices.Contains(c.pool.Current(), e.ID) {
+				continue // not joined yet: replayed after NodeJoined
+			}
+		case reconcile.NodeJoined:
+			if busy, ok := c.busyHint[e.ID]; ok {
+				c.queue = slices.Insert(c.queue, 0, reconcile.Event(reconcile.NodeBusy{ID: e.ID, Busy: busy}))
+			}
+		case reconcile.NodeLost:
+			delete(c.busyHint, e.ID)
+		case reconcile.DrainComplete:
+			delete(c.busyHint, e.ID)
+		}
 		before := c.pool.Desired()
 		acts := c.pool.Step(c.clock.Now(), ev)
 		if d := c.pool.Desired(); d != before {

@@ -211,6 +211,37 @@ func TestBusyNodesAreNotDrained(t *testing.T) {
 	}
 }
 
+// TestBusyReportBeforeJoinIsKept: the scheduler can see a worker (and report
+// it busy) before the controller's next List shows its machine Configured.
+// The report must survive until the node joins, or the reconciler would
+// take the busy node for an idle one.
+func TestBusyReportBeforeJoinIsKept(t *testing.T) {
+	e := newEnv(t, setup{})
+	e.setDesired(3)
+	e.mustTick() // provisioned, not joined yet
+	if st := e.ctl.Status(); st.Current != 0 {
+		t.Fatalf("nodes joined in the first tick: %+v", st)
+	}
+	for _, id := range []reconcile.NodeID{1, 2} {
+		e.ctl.ReportBusy(id, true)
+	}
+	e.tickUntil(3, 10)
+	e.setDesired(1)
+	for range 4 {
+		e.mustTick()
+	}
+	if got := e.events.find(reconcile.NoteDrainBlocked, "nodes 1 2 run work"); len(got) == 0 {
+		t.Errorf("want a drain-blocked event naming nodes 1 and 2:\n%s", e.events.tail(12))
+	}
+	var kept []reconcile.NodeID
+	for _, n := range e.ctl.Status().Nodes {
+		kept = append(kept, n.ID)
+	}
+	if !slices.Equal(kept, []reconcile.NodeID{1, 2}) {
+		t.Fatalf("nodes %v remain, want the busy [1 2] (idle node 0 removed):\n%s", kept, e.events.tail(12))
+	}
+}
+
 // TestInsufficientCapacityFallsBack: the cheapest offering is out of
 // capacity, so the next-cheapest is used and an event says why; during the
 // backoff the out offering is not asked again, after it it is.
