@@ -334,9 +334,12 @@ func TestReportsExitThatHappenedWhileDown(t *testing.T) {
 	})
 }
 
-// TestReregistersWhenHeadLosesItsDatabase is A14.5: PyLet's worker is
-// stranded by a head database wipe (heartbeats 404 forever).
-func TestReregistersWhenHeadLosesItsDatabase(t *testing.T) {
+// TestPyLetA14_5_ReregistersWhenHeadLosesItsDatabase is the second half of
+// A14.5: PyLet's worker is stranded by a head database wipe (its heartbeats
+// get 404 and it retries them every 5 s forever, never registering again),
+// so nothing more runs on it. Here it registers again under its name and
+// the new head's work runs on it.
+func TestPyLetA14_5_ReregistersWhenHeadLosesItsDatabase(t *testing.T) {
 	th := newTestHead(t)
 	startWorker(t, workerConfig(t, th, "w1"))
 	first := th.submit(cmdReq("true"))
@@ -362,7 +365,12 @@ func readRecord(t *testing.T, dataDir, id string, attempt int) runRecord {
 	return r
 }
 
-func TestPortPoolBindTests(t *testing.T) {
+// TestPyLetA14_11_PortPoolBindTests is A14.11: PyLet hands out the lowest
+// port of its range not in its own in-process set, without a bind test, so
+// an instance gets a port another process already listens on. Here a port
+// bound by someone else is skipped, an exhausted range yields nothing (the
+// range itself is configurable, --port-range), and released ports return.
+func TestPyLetA14_11_PortPoolBindTests(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

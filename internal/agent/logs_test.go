@@ -121,10 +121,13 @@ func TestReadLogMissingDir(t *testing.T) {
 	}
 }
 
-// TestFollowAcrossRotationGetsEveryByteOnce is A14.12: a reader following
-// the log while it rotates (writer and reader concurrent) receives every
-// byte exactly once, in order, as long as it keeps up with retention.
-func TestFollowAcrossRotationGetsEveryByteOnce(t *testing.T) {
+// TestPyLetA14_12_FollowAcrossRotationGetsEveryByteOnce is A14.12's log
+// half: PyLet numbers offsets over the files currently present, so when the
+// oldest file is deleted every offset shifts and a follower skips or repeats
+// data. Here a reader following the log while it rotates (writer and reader
+// concurrent) receives every byte exactly once, in order, as long as it
+// keeps up with retention.
+func TestPyLetA14_12_FollowAcrossRotationGetsEveryByteOnce(t *testing.T) {
 	dir := t.TempDir()
 	// Retention (16 × 4 KiB) is larger than what the writer can get ahead
 	// by: it waits for the reader every 32 KiB.

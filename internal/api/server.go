@@ -1,7 +1,8 @@
 // Package api is the head's HTTP surface: PyLet's paths, JSON field names,
 // status codes and {"detail": ...} errors, so existing PyLet clients work
 // unchanged, plus tide's documented extensions (delete instances and
-// workers, replicas, several label filters, restart policies, pressure).
+// workers, replicas, several label filters, restart policies, pressure,
+// pools, nodes and events).
 //
 // Routes (Go 1.22 mux patterns):
 //
@@ -19,6 +20,10 @@
 //	DELETE /workers/{id}, /workers?status=OFFLINE
 //	POST   /workers/{id}/heartbeat          long-poll (worker token in the body)
 //	GET    /pressure                        the scheduler's report per pool
+//	GET    /pools                           every pool: autoscaler and head views merged
+//	GET    /nodes                           ?pool=P: nodes with their workers, use, marks, ages
+//	GET    /events                          ?pool=P&since=ID&limit=N (JSON list, oldest first);
+//	                                        &follow=1 streams newline-delimited JSON
 //	GET    /health
 //
 // Auth: with an admin token, every route but /health, worker registration
@@ -67,6 +72,15 @@ type Backend interface {
 	// Logs fetches a log chunk from the instance's worker.
 	Logs(ctx context.Context, id string, offset, limit int64) (*LogChunk, error)
 	Pressure() map[string]capacity.Pressure
+	// Events lists events in ID order.
+	Events(ctx context.Context, f store.EventFilter) ([]store.Event, error)
+	// FollowEvents emits the selected events, then each new one, until ctx
+	// is done, emit fails or the head's bound passes.
+	FollowEvents(ctx context.Context, f store.EventFilter, emit func(store.Event) error) error
+	// Pools lists every pool the head or its autoscalers know.
+	Pools(ctx context.Context) ([]PoolJSON, error)
+	// Nodes lists the nodes of one pool (every pool when pool is nil).
+	Nodes(ctx context.Context, pool *string) ([]NodeJSON, error)
 }
 
 // Error is an error with an HTTP status and a PyLet-style detail.
@@ -131,6 +145,9 @@ func NewHandler(b Backend, opts Options) http.Handler {
 	mux.Handle("DELETE /workers/{id}", admin(s.deleteWorker))
 	mux.Handle("POST /workers/{id}/heartbeat", http.HandlerFunc(s.heartbeat))
 	mux.Handle("GET /pressure", admin(s.pressure))
+	mux.Handle("GET /pools", admin(s.pools))
+	mux.Handle("GET /nodes", admin(s.nodes))
+	mux.Handle("GET /events", admin(s.events))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

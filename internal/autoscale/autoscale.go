@@ -83,6 +83,9 @@ type Pool struct {
 	lastAt   time.Time
 	lastCode string
 	busy     map[reconcile.NodeID]bool
+	// idleSince is when each node was first seen empty of non-daemon work
+	// since it last ran some; it fills Node.IdleSince when the report has none.
+	idleSince map[reconcile.NodeID]time.Time
 }
 
 // New returns the loop of one pool. emit receives events (may be nil).
@@ -103,7 +106,7 @@ func New(cfg Config, target Target, clk clock.Clock, emit func(Event)) (*Pool, e
 		emit = func(Event) {}
 	}
 	return &Pool{cfg: cfg, target: target, clk: clk, emit: emit, poke: make(chan struct{}, 1),
-		desired: cfg.Desired, busy: map[reconcile.NodeID]bool{}}, nil
+		desired: cfg.Desired, busy: map[reconcile.NodeID]bool{}, idleSince: map[reconcile.NodeID]time.Time{}}, nil
 }
 
 // Observe records a new pressure report for the pool and wakes the loop.
@@ -119,18 +122,18 @@ func (p *Pool) Observe(pr capacity.Pressure) {
 	}
 }
 
-// ownNodes keeps the pool's machines and gives them the reconciler's ordinals.
+// ownNodes copies the pool's machines out of a report, with the
+// reconciler's ordinals.
 func (p *Pool) ownNodes(pr capacity.Pressure) capacity.Pressure {
-	if p.cfg.Ordinal == nil {
-		return pr
-	}
 	out := capacity.Pressure{Pending: pr.Pending, Nodes: make([]capacity.Node, 0, len(pr.Nodes))}
 	for _, n := range pr.Nodes {
-		ord, ok := p.cfg.Ordinal(n.ID)
-		if !ok {
-			continue
+		if p.cfg.Ordinal != nil {
+			ord, ok := p.cfg.Ordinal(n.ID)
+			if !ok {
+				continue
+			}
+			n.Ordinal = int(ord)
 		}
-		n.Ordinal = int(ord)
 		out.Nodes = append(out.Nodes, n)
 	}
 	return out
@@ -160,11 +163,32 @@ func (p *Pool) Evaluate(now time.Time) (d policy.Decision, ok bool) {
 	if !p.observed {
 		return d, false
 	}
-	for _, n := range p.pressure.Nodes {
+	present := make(map[reconcile.NodeID]bool, len(p.pressure.Nodes))
+	for i := range p.pressure.Nodes {
+		n := &p.pressure.Nodes[i]
 		id, busy := reconcile.NodeID(n.Ordinal), n.Busy()
+		present[id] = true
 		if was, seen := p.busy[id]; !seen || was != busy {
 			p.busy[id] = busy
 			p.target.ReportBusy(id, busy)
+		}
+		switch since, ok := p.idleSince[id]; {
+		case busy:
+			delete(p.idleSince, id)
+		case !ok:
+			p.idleSince[id] = now
+			since = now
+			fallthrough
+		default:
+			if n.IdleSince.IsZero() {
+				n.IdleSince = since
+			}
+		}
+	}
+	for id := range p.idleSince {
+		if !present[id] {
+			delete(p.idleSince, id) // the node left; its ordinal may come back as a new machine
+			delete(p.busy, id)
 		}
 	}
 	d = p.cfg.Policy.Decide(policy.Input{Now: now, Desired: p.desired, Pressure: p.pressure, State: p.state})

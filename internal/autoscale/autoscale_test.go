@@ -187,3 +187,38 @@ func TestNewValidates(t *testing.T) {
 		t.Error("nil target accepted")
 	}
 }
+
+// TestIdleSinceReleasesEmptyNodes: the scheduler's reports carry no idle
+// times; the loop stamps when each node became empty, so the tide policy
+// releases nodes idle past its timeout, and a node that gets work again
+// starts over.
+func TestIdleSinceReleasesEmptyNodes(t *testing.T) {
+	pol, err := policy.New(policy.Config{Policy: policy.Tide, Nodes: capacity.Elastic(0, 4), IdleTimeout: 10 * time.Second,
+		Offerings: []capacity.Offering{{Type: "c2", Resources: capacity.CPU(2000), PricePerHour: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := &fakeTarget{}
+	p, err := New(Config{Pool: "batch", Policy: pol, Desired: 2,
+		Ordinal: func(id string) (reconcile.NodeID, bool) { return controller.ParseMachineID("batch", id) }},
+		target, clock.NewFake(t0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Observe(pressure("batch", []int{1, 0}, 0))
+	for _, at := range []time.Duration{0, 5 * time.Second} {
+		if d, _ := p.Evaluate(t0.Add(at)); d.Desired != 2 {
+			t.Fatalf("+%v: desired %d (%s), want 2 while node 1 has been empty < 10s", at, d.Desired, d.Reason)
+		}
+	}
+	// Node 1 gets work at +6s and loses it at +8s: its idle time starts over.
+	p.Observe(pressure("batch", []int{1, 1}, 0))
+	p.Evaluate(t0.Add(6 * time.Second))
+	p.Observe(pressure("batch", []int{1, 0}, 0))
+	if d, _ := p.Evaluate(t0.Add(12 * time.Second)); d.Desired != 2 {
+		t.Fatalf("+12s: desired %d (%s), want 2: node 1 is empty since +12s only", d.Desired, d.Reason)
+	}
+	if d, _ := p.Evaluate(t0.Add(23 * time.Second)); d.Desired != 1 {
+		t.Fatalf("+23s: desired %d (%s), want 1: node 1 idle for 11s", d.Desired, d.Reason)
+	}
+}

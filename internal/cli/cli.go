@@ -65,8 +65,9 @@ func newRoot(s Streams) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return flagError{err} })
-	root.AddCommand(newDecide(s))
+	root.AddCommand(newDecide(s), newUpCmd(s))
 	root.AddCommand(newFleetCmd(s))
+	root.AddCommand(newPoolsCmd(s), newNodesCmd(s), newEventsCmd(s))
 	root.AddCommand(newHeadCmd(s), newWorkerCmd(s), newSubmitCmd(s), newListCmd(s), newGetCmd(s), newLogsCmd(s),
 		newCancelCmd(s), newResultCmd(s), newDeleteCmd(s), newWorkersCmd(s))
 	return root

@@ -38,7 +38,8 @@ const (
 func bad(format string, args ...any) error { return api.Errorf(http.StatusBadRequest, format, args...) }
 
 // Submit validates a submit request and stores its instances (one per
-// replica) in one transaction.
+// replica) in one transaction. A request that names no pool and no
+// target_worker goes to the pool Config.Route picks.
 func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, error) {
 	cmd := strings.TrimSpace(*req.Command)
 	if cmd == "" {
@@ -139,6 +140,9 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 	pool := ""
 	if req.Pool != nil {
 		pool = *req.Pool
+	}
+	if pool == "" && target == nil && h.cfg.Route != nil {
+		pool = h.cfg.Route(req.Labels, res)
 	}
 	ins := make([]store.Instance, replicas)
 	ids := make([]string, replicas)
@@ -374,6 +378,9 @@ func (h *Head) Heartbeat(ctx context.Context, worker string, req *api.HeartbeatR
 	}
 	if res.Freed > 0 || res.Requeued > 0 || w.Status != store.WorkerOnline {
 		h.Poke()
+	}
+	for _, s := range res.Started {
+		h.m.toRunning.WithLabelValues(s.Pool).Observe(s.Wait.Seconds())
 	}
 	var timer clock.Timer
 	for {

@@ -74,6 +74,25 @@ type Config struct {
 	HTTPClient *http.Client
 	// OnListen is called with the bound address once Run listens.
 	OnListen func(net.Addr)
+
+	// Route picks the pool of a submitted instance that names no pool and
+	// no target_worker, from its labels and resource request (GPUs counted);
+	// "" leaves it in the default pool "". It is called once per submit
+	// request, on the request's goroutine. Nil: such instances stay in "".
+	Route func(labels map[string]string, req capacity.Resources) string
+	// PoolStatus returns the autoscaled pools' own view for GET /pools and
+	// GET /nodes, in display order; the head merges it with its workers and
+	// its last pressure report (Head.SetPoolStatus replaces it). It is
+	// called on HTTP goroutines and must be safe for concurrent use. Nil:
+	// only the pools the head sees (those of registered workers and of
+	// queued instances) are listed, unmanaged.
+	PoolStatus func() []PoolStatus
+	// EventRetention is how many of the newest events are kept;
+	// store.DefaultEventRetention (100,000) when zero.
+	EventRetention int
+	// EventFollowMax bounds one GET /events?follow=1 stream; a client
+	// reconnects with since=<last id>. 1h when zero.
+	EventFollowMax time.Duration
 }
 
 // withDefaults returns cfg with defaults applied, or an error naming the
@@ -105,10 +124,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	def(&cfg.MaxGracePeriod, 300*time.Second)
 	def(&cfg.ReserveAfter, 60*time.Second)
 	def(&cfg.LogProxyTimeout, 30*time.Second)
+	def(&cfg.EventFollowMax, time.Hour)
 	for name, d := range map[string]time.Duration{"poll_timeout": cfg.PollTimeout, "suspect_after": cfg.SuspectAfter,
 		"offline_after": cfg.OfflineAfter, "liveness_interval": cfg.LivenessInterval,
 		"scheduler_interval": cfg.SchedulerInterval, "default_grace_period": cfg.DefaultGracePeriod,
-		"max_grace_period": cfg.MaxGracePeriod, "log_proxy_timeout": cfg.LogProxyTimeout} {
+		"max_grace_period": cfg.MaxGracePeriod, "log_proxy_timeout": cfg.LogProxyTimeout,
+		"event_follow_max": cfg.EventFollowMax} {
 		if d < 0 {
 			return cfg, fmt.Errorf("head config: %s must be positive, got %s", name, d)
 		}
@@ -123,6 +144,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.DefaultGracePeriod > cfg.MaxGracePeriod {
 		return cfg, fmt.Errorf("head config: default_grace_period (%s) exceeds max_grace_period (%s)",
 			cfg.DefaultGracePeriod, cfg.MaxGracePeriod)
+	}
+	if cfg.EventRetention < 0 {
+		return cfg, fmt.Errorf("head config: event_retention must not be negative, got %d", cfg.EventRetention)
 	}
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 		return cfg, errors.New("head config: tls_cert_file and tls_key_file must be set together")

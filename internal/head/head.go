@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,12 +49,16 @@ type Head struct {
 	log    *slog.Logger
 	epoch  int64
 	notify *notifier
+	// evWake wakes event followers (key "") after each recorded event.
+	evWake *notifier
 	poke   chan struct{}
 	// inserts group-commits concurrent submits.
 	inserts *groupCommit
 
 	mu       sync.Mutex
 	pressure map[string]capacity.Pressure
+	// poolStatus is Config.PoolStatus, replaced by SetPoolStatus.
+	poolStatus atomic.Pointer[func() []PoolStatus]
 
 	m metrics
 }
@@ -64,6 +69,8 @@ type metrics struct {
 	heartbeats prometheus.Counter
 	cycle      prometheus.Histogram
 	queued     *prometheus.GaugeVec
+	inflight   *prometheus.GaugeVec
+	toRunning  *prometheus.HistogramVec
 	offline    prometheus.Counter
 }
 
@@ -81,6 +88,11 @@ func newMetrics(reg *prometheus.Registry) metrics {
 			Help: "Duration of a scheduling pass.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		queued: f.NewGaugeVec(prometheus.GaugeOpts{Name: "tide_head_queued_instances",
 			Help: "Pending instances per pool after the last scheduling pass."}, []string{"pool"}),
+		inflight: f.NewGaugeVec(prometheus.GaugeOpts{Name: "tide_head_inflight_instances",
+			Help: "Non-daemon instances placed on the pool's live workers after the last scheduling pass."}, []string{"pool"}),
+		toRunning: f.NewHistogramVec(prometheus.HistogramOpts{Name: "tide_head_pending_to_running_seconds",
+			Help:    "Time from an instance becoming pending (its creation, or its requeue) to its first RUNNING report.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 17)}, []string{"pool"}),
 		offline: f.NewCounter(prometheus.CounterOpts{Name: "tide_head_workers_offline_total", Help: "Workers marked OFFLINE."}),
 	}
 }
@@ -92,7 +104,7 @@ func New(ctx context.Context, cfg Config) (*Head, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, cfg.dbPath(), store.Options{Durable: cfg.Durable})
+	st, err := store.Open(ctx, cfg.dbPath(), store.Options{Durable: cfg.Durable, EventRetention: cfg.EventRetention})
 	if err != nil {
 		return nil, fmt.Errorf("start head: %w", err)
 	}
@@ -106,7 +118,8 @@ func New(ctx context.Context, cfg Config) (*Head, error) {
 		return nil, fmt.Errorf("start head: epoch %d overflows the wire generation", epoch)
 	}
 	h := &Head{cfg: cfg, st: st, clk: cfg.Clock, log: cfg.Logger, epoch: epoch, notify: newNotifier(),
-		poke: make(chan struct{}, 1), inserts: &groupCommit{st: st}, m: newMetrics(cfg.Registry)}
+		evWake: newNotifier(), poke: make(chan struct{}, 1), inserts: &groupCommit{st: st}, m: newMetrics(cfg.Registry)}
+	h.SetPoolStatus(cfg.PoolStatus)
 	h.log.Info("head started", "epoch", epoch, "db", cfg.dbPath())
 	return h, nil
 }
@@ -214,7 +227,7 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	workers := make([]scheduler.Worker, 0, len(st.Workers))
 	for _, w := range st.Workers {
 		workers = append(workers, scheduler.Worker{Name: w.ID, Pool: w.Pool, Ordinal: w.Ordinal, Capacity: w.Capacity,
-			Schedulable: w.Status == store.WorkerOnline, Offline: w.Status == store.WorkerOffline})
+			Schedulable: w.Status == store.WorkerOnline, Offline: w.Status == store.WorkerOffline, Cordoned: w.Cordoned()})
 	}
 	conv := func(in []store.SchedInstance) []scheduler.Instance {
 		out := make([]scheduler.Instance, len(in))
@@ -261,7 +274,8 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 
 func (h *Head) publish(p map[string]capacity.Pressure) {
 	h.mu.Lock()
-	changed := !reflect.DeepEqual(h.pressure, p)
+	old := h.pressure
+	changed := !reflect.DeepEqual(old, p)
 	if changed {
 		h.pressure = p
 	}
@@ -271,6 +285,13 @@ func (h *Head) publish(p map[string]capacity.Pressure) {
 	}
 	for pool, pr := range p {
 		h.m.queued.WithLabelValues(pool).Set(float64(pr.Queued()))
+		h.m.inflight.WithLabelValues(pool).Set(float64(pr.Inflight()))
+	}
+	for pool := range old {
+		if _, ok := p[pool]; !ok { // the pool left the report: nothing queued or placed
+			h.m.queued.WithLabelValues(pool).Set(0)
+			h.m.inflight.WithLabelValues(pool).Set(0)
+		}
 	}
 	if h.cfg.OnPressure != nil {
 		h.cfg.OnPressure(p)
@@ -309,6 +330,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if full.OnListen != nil {
 		full.OnListen(ln.Addr())
 	}
+	return h.Serve(ctx, ln)
+}
+
+// Serve serves the HTTP API on ln (HTTPS when Config.TLSCertFile is set)
+// and runs the scheduling and liveness loops until ctx is done; then it
+// shuts the server down (held requests and event streams end with ctx),
+// waits for the loops, closes ln and returns nil. It returns the server's
+// error if serving fails first. It does not close the head.
+func (h *Head) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	loopCtx, stopLoops := context.WithCancel(ctx)
@@ -316,9 +346,9 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { h.RunLoops(loopCtx); close(loopsDone) }()
 	serveErr := make(chan error, 1)
 	go func() {
-		h.log.Info("head listening", "addr", ln.Addr().String(), "tls", full.TLSCertFile != "")
-		if full.TLSCertFile != "" {
-			serveErr <- srv.ServeTLS(ln, full.TLSCertFile, full.TLSKeyFile)
+		h.log.Info("head listening", "addr", ln.Addr().String(), "tls", h.cfg.TLSCertFile != "")
+		if h.cfg.TLSCertFile != "" {
+			serveErr <- srv.ServeTLS(ln, h.cfg.TLSCertFile, h.cfg.TLSKeyFile)
 		} else {
 			serveErr <- srv.Serve(ln)
 		}

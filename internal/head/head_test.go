@@ -329,16 +329,23 @@ func TestLifecycleEndpointResultAndWorkers(t *testing.T) {
 	}
 }
 
-// TestFastExitCompletesFromAssigned is A14.3: a command that exits before
-// its RUNNING report reaches the head must not stay ASSIGNED forever.
-func TestFastExitCompletesFromAssigned(t *testing.T) {
+// TestPyLetA14_3_FastExitCompletesFromAssigned is A14.3: a command that
+// exits before its RUNNING report reaches the head reports COMPLETED while
+// the instance is still ASSIGNED. PyLet accepts COMPLETED only from RUNNING
+// or UNKNOWN, so the instance stays ASSIGNED, stays desired, and the worker
+// never drops it. Here it completes with its exit code and leaves the
+// worker's desired set.
+func TestPyLetA14_3_FastExitCompletesFromAssigned(t *testing.T) {
 	e := newEnv(t, nil)
 	tok := e.register("w", 0)
 	id := e.submit(obj{"command": "echo"})
 	e.schedule()
-	e.heartbeat("w", tok, 0, api.InstanceReport{InstanceID: id, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
-	if st := e.instance(id).Status; st != "COMPLETED" {
-		t.Fatalf("status %s, want COMPLETED", st)
+	hb := e.heartbeat("w", tok, 0, api.InstanceReport{InstanceID: id, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
+	if in := e.instance(id); in.Status != "COMPLETED" || in.ExitCode == nil || *in.ExitCode != 0 {
+		t.Fatalf("status %s exit %v, want COMPLETED 0", in.Status, in.ExitCode)
+	}
+	if len(hb.DesiredInstances) != 0 {
+		t.Fatalf("completed instance still desired: %+v", hb.DesiredInstances)
 	}
 }
 
@@ -518,10 +525,13 @@ func TestHeartbeatLongPoll(t *testing.T) {
 	}
 }
 
-// TestHeadRestartKeepsStateAndAnswersOldEpoch: after a restart nothing is
-// lost, and a worker holding the old head's generation is answered at once
-// (PyLet's in-memory gen makes it wait 30 s, A14.6).
-func TestHeadRestartKeepsStateAndAnswersOldEpoch(t *testing.T) {
+// TestPyLetA14_6_HeadRestartKeepsStateAndAnswersOldEpoch is A14.6: PyLet
+// keeps generations in memory, so after a head restart gen is 0 while the
+// worker holds a larger last_seen_gen, and its poll is held the full 30 s
+// although its desired set is waiting. Here nothing is lost and a worker
+// holding the old head's generation is answered at once (the poll would
+// block on the fake clock otherwise).
+func TestPyLetA14_6_HeadRestartKeepsStateAndAnswersOldEpoch(t *testing.T) {
 	e := newEnv(t, nil)
 	tok := e.register("w", 0)
 	id := e.submit(obj{"command": "x"})

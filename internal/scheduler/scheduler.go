@@ -9,6 +9,8 @@
 //     instances; a shared (non-exclusive) instance never lands on a GPU held
 //     exclusively (PyLet puts it on GPUs 0..n-1 whoever holds them, A14.7).
 //   - target_worker names the worker's stable name; gpu_indices pin GPUs.
+//   - Nothing is placed on a worker that is not schedulable or is cordoned,
+//     and no reservation is made there.
 //   - FIFO with backfill: an instance that does not fit is skipped and later
 //     ones may overtake it, but once the oldest waiting instance of a pool
 //     has waited Config.ReserveAfter, a worker is reserved for it: nothing
@@ -40,6 +42,9 @@ type Worker struct {
 	Capacity capacity.Resources
 	// Schedulable is true for ONLINE workers; others get no new work.
 	Schedulable bool
+	// Cordoned workers get no new work either (a drain is under way); they
+	// stay in the pressure report with what runs on them.
+	Cordoned bool
 	// Offline workers are left out of the pressure report.
 	Offline bool
 }
@@ -128,7 +133,7 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 		n.shared = make([]int, g)
 		n.freeExcl = g
 		n.reserved = -1
-		n.placeable = w.Schedulable
+		n.placeable = w.Schedulable && !w.Cordoned
 		byName[w.Name] = i
 		byPool[w.Pool] = append(byPool[w.Pool], i)
 	}
@@ -257,6 +262,9 @@ func candidates(p *Instance, nodes []node, byName map[string]int, byPool map[str
 		ni, ok := byName[p.TargetWorker]
 		if !ok {
 			return nil, "target worker " + p.TargetWorker + " is not registered"
+		}
+		if nodes[ni].w.Cordoned {
+			return nil, "target worker " + p.TargetWorker + " is cordoned"
 		}
 		if !nodes[ni].placeable {
 			return nil, "target worker " + p.TargetWorker + " is not online"

@@ -120,6 +120,29 @@ func TestPlace(t *testing.T) {
 			waiting: map[string]string{"y": "not online", "z": "not registered"},
 		},
 		{
+			name:    "a cordoned worker gets no new work, even as the best fit",
+			workers: []Worker{with2(wk("tight", 2, 4, 0), func(w *Worker) { w.Cordoned = true }), wk("roomy", 16, 64, 0)},
+			pending: []Instance{inst("a", 1, 1, 0)},
+			want:    []string{"a@roomy"},
+		},
+		{
+			name:    "an instance pinned to a cordoned worker waits",
+			workers: []Worker{with2(wk("c", 4, 4, 0), func(w *Worker) { w.Cordoned = true }), wk("d", 4, 4, 0)},
+			pending: []Instance{with(inst("x", 1, 1, 0), func(i *Instance) { i.TargetWorker = "c" })},
+			want:    nil,
+			waiting: map[string]string{"x": "cordoned"},
+		},
+		{
+			name:    "no reservation on a cordoned worker",
+			workers: []Worker{with2(wk("w1", 4, 16, 0), func(w *Worker) { w.Cordoned = true }), wk("w2", 4, 16, 0)},
+			placed:  []Instance{placedOn("w1", inst("r1", 1, 1, 0)), placedOn("w2", inst("r2", 3, 1, 0))},
+			pending: []Instance{inst("big", 4, 1, 0), inst("small", 1, 1, 0)},
+			cfg:     Config{ReserveAfter: time.Minute},
+			now:     now.Add(2 * time.Minute),
+			want:    nil,
+			waiting: map[string]string{"big": "reserved worker w2", "small": "insufficient"},
+		},
+		{
 			name:    "backfill: a small instance overtakes a large one that does not fit",
 			workers: []Worker{wk("w", 4, 16, 0)},
 			placed:  []Instance{placedOn("w", inst("r", 2, 1, 0))},
@@ -398,4 +421,22 @@ func BenchmarkPlace10kOn1k(b *testing.B) {
 		placed += len(res.Assignments)
 	}
 	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
+}
+
+// TestCordonedNodeStaysInPressure: a cordoned node is still a node of its
+// pool, with what runs there (daemon flags included), but a queued instance
+// that would fit its free room stays queued.
+func TestCordonedNodeStaysInPressure(t *testing.T) {
+	workers := []Worker{with2(wk("c", 8, 16, 0), func(w *Worker) { w.Cordoned, w.Pool = true, "p" })}
+	placed := []Instance{
+		placedOn("c", with(inst("d", 1, 1, 0), func(i *Instance) { i.Pool, i.Daemon = "p", true })),
+		placedOn("c", with(inst("r", 1, 1, 0), func(i *Instance) { i.Pool = "p" })),
+	}
+	pending := []Instance{with(inst("q", 1, 1, 0), func(i *Instance) { i.Pool = "p" })}
+	res := Place(workers, placed, pending, Config{}, now)
+	p := res.Pressure["p"]
+	if len(res.Assignments) != 0 || len(p.Nodes) != 1 || len(p.Nodes[0].Running) != 2 || p.Queued() != 1 ||
+		p.Inflight() != 1 || !p.Nodes[0].Running[0].Daemon || p.Nodes[0].Running[1].Daemon {
+		t.Fatalf("pressure with a cordoned node: %+v (assignments %v)", p, res.Assignments)
+	}
 }

@@ -303,7 +303,7 @@ var (
 const runningSQL = `UPDATE instances SET status = 'RUNNING', port = :port, endpoint = :endpoint,
 	started_at = COALESCE(started_at, :now), last_report_at = :now
 	WHERE id = :id AND attempt = :attempt AND assigned_worker = :worker AND status IN ('ASSIGNED','UNKNOWN')
-	RETURNING status`
+	RETURNING status, pool, queued_at, started_at`
 
 // HeartbeatInput is what a worker's heartbeat carries, already authenticated.
 type HeartbeatInput struct {
@@ -323,6 +323,18 @@ type HeartbeatResult struct {
 	Requeued int
 	// Freed counts instances that released their resources.
 	Freed int
+	// Started lists the attempts that this heartbeat showed RUNNING for the
+	// first time.
+	Started []Started
+}
+
+// Started is an attempt seen RUNNING for the first time.
+type Started struct {
+	InstanceID string
+	Pool       string
+	// Wait is from when the instance (last) became PENDING, its creation
+	// for a first attempt, to its first RUNNING report.
+	Wait time.Duration
 }
 
 // ApplyHeartbeat records a heartbeat in one transaction: the worker becomes
@@ -350,12 +362,15 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, in HeartbeatInput, now time.
 	reported := make([]string, 0, len(in.Reports))
 	for _, r := range in.Reports {
 		reported = append(reported, r.InstanceID)
-		st, err := applyReport(ctx, tx, in.WorkerID, host, r, now)
+		st, started, err := applyReport(ctx, tx, in.WorkerID, host, r, now)
 		if err != nil {
 			return res, fmt.Errorf("heartbeat %s: %w", in.WorkerID, err)
 		}
 		if st == "" {
 			continue
+		}
+		if started != nil {
+			res.Started = append(res.Started, *started)
 		}
 		res.Changed++
 		if st == StatusPending {
@@ -396,8 +411,9 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, in HeartbeatInput, now time.
 }
 
 // applyReport applies one report; it returns the new status, or "" when the
-// report was fenced off (stale attempt, other worker, wrong state) or ignored.
-func applyReport(ctx context.Context, tx *sql.Tx, worker, host string, r Report, now time.Time) (Status, error) {
+// report was fenced off (stale attempt, other worker, wrong state) or
+// ignored, and the first start of an attempt, if this report is it.
+func applyReport(ctx context.Context, tx *sql.Tx, worker, host string, r Report, now time.Time) (Status, *Started, error) {
 	args := []any{
 		sql.Named("id", r.InstanceID), sql.Named("attempt", r.Attempt), sql.Named("worker", worker),
 		sql.Named("now", now.UnixNano()),
@@ -425,17 +441,32 @@ func applyReport(ctx context.Context, tx *sql.Tx, worker, host string, r Report,
 		q = finishCancelled
 		args = append(args, sql.Named("failure", 1), sql.Named("exit", nil), sql.Named("reason", ReasonLostAfterRejoin))
 	default: // STOPPING and anything unknown change nothing
-		return "", nil
+		return "", nil, nil
 	}
-	var st string
-	err := tx.QueryRowContext(ctx, q, args...).Scan(&st)
+	var (
+		st              string
+		pool            string
+		queued, started sql.NullInt64
+		err             error
+	)
+	if q == runningSQL {
+		err = tx.QueryRowContext(ctx, q, args...).Scan(&st, &pool, &queued, &started)
+	} else {
+		err = tx.QueryRowContext(ctx, q, args...).Scan(&st)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
+		return "", nil, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("apply report %s@%d %s: %w", r.InstanceID, r.Attempt, r.Status, err)
+		return "", nil, fmt.Errorf("apply report %s@%d %s: %w", r.InstanceID, r.Attempt, r.Status, err)
 	}
-	return Status(st), nil
+	// started_at keeps the first RUNNING report of an attempt (Assign
+	// clears it), so it equals now only for this report's first start.
+	if started.Valid && started.Int64 == now.UnixNano() && queued.Valid {
+		return Status(st), &Started{InstanceID: r.InstanceID, Pool: pool,
+			Wait: max(time.Duration(started.Int64-queued.Int64), 0)}, nil
+	}
+	return Status(st), nil, nil
 }
 
 func joinHostPort(host string, port int) string {
@@ -447,9 +478,10 @@ func joinHostPort(host string, port int) string {
 
 // Assign applies placements in one transaction. Each is one conditional
 // UPDATE: it applies only if the instance is still PENDING at the given
-// attempt with no cancel requested, and the worker is ONLINE. It increments
-// the attempt, records the GPU allocation, and bumps the generation of every
-// worker that got work. It returns the placements that applied.
+// attempt with no cancel requested, and the worker is ONLINE and not
+// cordoned. It increments the attempt, records the GPU allocation, and bumps
+// the generation of every worker that got work. It returns the placements
+// that applied.
 func (s *Store) Assign(ctx context.Context, as []Assignment, now time.Time) ([]Assignment, error) {
 	if len(as) == 0 {
 		return nil, nil
@@ -464,6 +496,7 @@ func (s *Store) Assign(ctx context.Context, as []Assignment, now time.Time) ([]A
 		failure_reason = '', started_at = NULL, ended_at = NULL
 		WHERE id = :id AND status = 'PENDING' AND attempt = :attempt AND cancel_requested_at IS NULL
 		AND EXISTS (SELECT 1 FROM workers w WHERE w.id = :worker AND w.status = 'ONLINE')
+		AND NOT EXISTS (SELECT 1 FROM cordons c WHERE c.worker_id = :worker)
 		RETURNING attempt`)
 	if err != nil {
 		return nil, fmt.Errorf("assign: prepare: %w", err)

@@ -45,6 +45,9 @@ type Options struct {
 	Durable bool
 	// ReadConns is the size of the read pool; 4 when zero.
 	ReadConns int
+	// EventRetention is how many of the newest events the events table
+	// keeps; DefaultEventRetention when zero.
+	EventRetention int
 }
 
 // Store is the SQLite-backed state. It is safe for concurrent use.
@@ -52,6 +55,9 @@ type Store struct {
 	w    *sql.DB // single writer connection
 	r    *sql.DB // read-only pool
 	path string
+	// eventKeep and eventTrim bound the events table: every eventTrim
+	// event ids, rows older than the newest eventKeep are deleted.
+	eventKeep, eventTrim int64
 
 	// insertInstance and insertLabel are the hot submit statements,
 	// prepared once on the writer connection and bound to each transaction,
@@ -82,6 +88,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	s := &Store{w: w, path: path}
+	s.eventKeep, s.eventTrim = eventBounds(opts.EventRetention)
 	if err := s.migrate(ctx); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
@@ -207,6 +214,8 @@ CREATE INDEX instance_allocations_worker ON instance_allocations(worker_id);
 `,
 	// 2: the pool controllers' journals (journal.go).
 	journalSchema,
+	// 3: cordoned workers (cordon.go) and the events table (events.go).
+	cordonSchema + eventsSchema,
 }
 
 // SchemaVersion is the number of migrations this build knows.

@@ -152,7 +152,13 @@ type Worker struct {
 	Ordinal         int
 	RegisteredAt    time.Time
 	LastHeartbeatAt time.Time
+	// CordonedAt is when the worker was cordoned (no new assignments); zero
+	// when it is not.
+	CordonedAt time.Time
 }
+
+// Cordoned reports whether the worker gets no new assignments.
+func (w *Worker) Cordoned() bool { return !w.CordonedAt.IsZero() }
 
 // Desired is one entry of a worker's desired set (PyLet's DesiredInstance).
 type Desired struct {

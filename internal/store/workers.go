@@ -11,21 +11,24 @@ import (
 )
 
 const workerCols = `id, host, pool, status, token_hash, boot_id, cpu_milli, memory_bytes, gpus, labels, log_port,
-	generation, ordinal, registered_at, last_heartbeat_at`
+	generation, ordinal, registered_at, last_heartbeat_at,
+	(SELECT c.cordoned_at FROM cordons c WHERE c.worker_id = workers.id)`
 
 func scanWorker(sc scanner) (*Worker, error) {
 	var (
 		w             Worker
 		status, lbl   string
 		reg, lastSeen sql.NullInt64
+		cordoned      sql.NullInt64
 	)
 	err := sc.Scan(&w.ID, &w.Host, &w.Pool, &status, &w.TokenHash, &w.BootID, &w.Capacity.MilliCPU,
-		&w.Capacity.Memory, &w.Capacity.GPUs, &lbl, &w.LogPort, &w.Generation, &w.Ordinal, &reg, &lastSeen)
+		&w.Capacity.Memory, &w.Capacity.GPUs, &lbl, &w.LogPort, &w.Generation, &w.Ordinal, &reg, &lastSeen, &cordoned)
 	if err != nil {
 		return nil, err
 	}
 	w.Status = WorkerStatus(status)
 	w.RegisteredAt, w.LastHeartbeatAt = fromTS(reg), fromTS(lastSeen)
+	w.CordonedAt = fromTS(cordoned)
 	if w.Labels, err = decodeMap(lbl, "worker labels"); err != nil {
 		return nil, err
 	}
@@ -210,6 +213,29 @@ func (s *Store) DeleteWorker(ctx context.Context, id string, now time.Time) erro
 	return nil
 }
 
+// RemoveWorker deletes a worker whatever its status, as if it had gone
+// OFFLINE and been deleted in one transaction: its machine is known to be
+// gone. Its unfinished instances become FAILED (WORKER_DELETED), PENDING by
+// restart policy, or CANCELLED; its cordon is deleted. ErrNotFound if the
+// worker is unknown.
+func (s *Store) RemoveWorker(ctx context.Context, id string, now time.Time) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("remove worker %s: begin: %w", id, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE workers SET status = 'OFFLINE' WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("remove worker %s: %w", id, err)
+	}
+	if err := deleteWorkerTx(ctx, tx, id, now); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("remove worker %s: commit: %w", id, err)
+	}
+	return nil
+}
+
 func deleteWorkerTx(ctx context.Context, tx *sql.Tx, id string, now time.Time) error {
 	res, err := tx.ExecContext(ctx, `DELETE FROM workers WHERE id = ? AND status = 'OFFLINE'`, id)
 	if err != nil {
@@ -225,6 +251,9 @@ func deleteWorkerTx(ctx context.Context, tx *sql.Tx, id string, now time.Time) e
 			return fmt.Errorf("delete worker %s: %w", id, err)
 		}
 		return fmt.Errorf("delete worker %s: status %s: %w", id, st, ErrWorkerOnline)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM cordons WHERE worker_id = ?`, id); err != nil {
+		return fmt.Errorf("delete worker %s: cordon: %w", id, err)
 	}
 	if _, err := tx.ExecContext(ctx, deletedSQL, sql.Named("failure", 1), sql.Named("else", string(StatusFailed)),
 		sql.Named("reason", ReasonWorkerDeleted), sql.Named("now", now.UnixNano()), sql.Named("worker", id)); err != nil {

@@ -1,0 +1,80 @@
+package head
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tide-project/tide/internal/controller"
+)
+
+// Cordon stops (on) or resumes (off) placing new instances on a worker. It
+// is persisted, so it survives a head restart, and may be set before the
+// worker registers. Once Cordon(on) has returned no new instance lands on
+// the worker, even from a scheduling pass already under way; what runs
+// there keeps running. Idempotent.
+func (h *Head) Cordon(ctx context.Context, worker string, on bool) error {
+	changed, err := h.st.SetCordoned(ctx, worker, on, h.clk.Now())
+	if err != nil {
+		return err
+	}
+	if changed {
+		h.log.Info("worker cordon changed", "worker", worker, "cordoned", on)
+		if !on {
+			h.Poke() // its free room is usable again
+		}
+	}
+	return nil
+}
+
+// WorkerBusy reports whether the worker has an ASSIGNED or RUNNING
+// non-daemon instance. Daemons never hold a worker up; an unknown worker is
+// not busy.
+func (h *Head) WorkerBusy(ctx context.Context, worker string) (bool, error) {
+	return h.st.WorkerBusy(ctx, worker)
+}
+
+// RemoveWorker forgets a worker whose machine is gone for good (terminated,
+// or lost): in one transaction it goes OFFLINE and is deleted with its
+// cordon, and its unfinished instances are requeued by their restart
+// policy, CANCELLED when a cancel was asked, or FAILED (WORKER_DELETED).
+// A worker of that name registering later is a new worker. ErrNotFound
+// (store.ErrNotFound) when it is unknown.
+func (h *Head) RemoveWorker(ctx context.Context, worker string) error {
+	if err := h.st.RemoveWorker(ctx, worker, h.clk.Now()); err != nil {
+		return err
+	}
+	h.log.Info("worker removed", "worker", worker)
+	h.notify.wake(worker)
+	h.Poke()
+	return nil
+}
+
+// Workload returns the head as the controller's Workload: a node is the
+// worker named by its machine id (the local provider starts
+// `tide worker --name <machine id>`). Cordon and Uncordon call Cordon, Busy
+// calls WorkerBusy.
+func (h *Head) Workload() controller.Workload { return workload{h} }
+
+type workload struct{ h *Head }
+
+var _ controller.Workload = workload{}
+
+func (w workload) Cordon(ctx context.Context, n controller.Node) error {
+	return w.h.Cordon(ctx, n.MachineID, true)
+}
+
+func (w workload) Uncordon(ctx context.Context, n controller.Node) error {
+	return w.h.Cordon(ctx, n.MachineID, false)
+}
+
+func (w workload) Busy(ctx context.Context, n controller.Node) (bool, error) {
+	if n.MachineID == "" {
+		return false, errors.New("busy: node has no machine id")
+	}
+	busy, err := w.h.WorkerBusy(ctx, n.MachineID)
+	if err != nil {
+		return false, fmt.Errorf("busy %s: %w", n, err)
+	}
+	return busy, nil
+}
