@@ -496,8 +496,14 @@ func (c *Controller) lose(ctx context.Context, n *node, reason, format string, a
 	c.retire(ctx, n)
 }
 
-// retire frees n's ordinal and deletes its machine until NotFound.
+// retire frees n's ordinal and deletes its machine until NotFound; a
+// Workload that is a Forgetter drops the node at once.
 func (c *Controller) retire(ctx context.Context, n *node) {
+	if f, ok := c.work.(Forgetter); ok && n.joined {
+		if err := f.Forget(ctx, n.ref(c.cfg.Pool)); err != nil {
+			c.emit(TypeWarning, ReasonWorkloadError, "node %d: forgetting machine %s: %v", n.id, n.rec.MachineID, err)
+		}
+	}
 	c.untrack(n)
 	c.deleteOne(ctx, c.doom(ctx, n.rec))
 }

@@ -40,6 +40,15 @@ type Workload interface {
 	Busy(ctx context.Context, n Node) (bool, error)
 }
 
+// Forgetter is an optional extension of a Workload: Forget is called once a
+// node's machine is gone for good (terminated after its drain, or lost), so
+// the scheduler side can drop the node at once and rerun its work instead of
+// waiting for the node to time out. Errors are reported as events and not
+// retried.
+type Forgetter interface {
+	Forget(ctx context.Context, n Node) error
+}
+
 // IdleWorkload is the Workload of a pool that runs nothing the controller
 // must wait for (the simulator's pools, benchmarks): dispatch changes are
 // no-ops and every node is empty.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tide-project/tide/internal/controller"
+	"github.com/tide-project/tide/internal/store"
 )
 
 // Cordon stops (on) or resumes (off) placing new instances on a worker. It
@@ -78,3 +79,15 @@ func (w workload) Busy(ctx context.Context, n controller.Node) (bool, error) {
 	}
 	return busy, nil
 }
+
+// Forget drops the worker of a machine that is gone for good (controller.Forgetter):
+// its instances are requeued by their restart policy or failed at once. A
+// worker that never registered is not an error.
+func (w workload) Forget(ctx context.Context, n controller.Node) error {
+	if err := w.h.RemoveWorker(ctx, n.MachineID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+var _ controller.Forgetter = workload{}

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,5 +260,70 @@ func TestCtrlCDrainsEverything(t *testing.T) {
 	r.stop()
 	if n := workerProcesses(r.dir); n != 0 {
 		t.Errorf("%d processes of this run still alive after Ctrl-C", n)
+	}
+}
+
+// workerPID returns the pid of the tide worker serving machine id.
+func workerPID(t *testing.T, machineID string) int {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 2 && args[1] == "worker" && slices.Contains(args, machineID) {
+			var pid int
+			fmt.Sscan(e.Name(), &pid)
+			return pid
+		}
+	}
+	t.Fatalf("no worker process for machine %s", machineID)
+	return 0
+}
+
+// TestNodeLoss kills one worker with kill -9 while it runs an instance: the
+// pool replaces the machine within a reconcile tick of noticing, and the
+// instance reruns (attempt 2) to completion.
+func TestNodeLoss(t *testing.T) {
+	r := startUp(t, fmt.Sprintf(burstPool, "tide"))
+	policy, restarts := "on-failure", 3
+	ids := r.submit(4, "sleep 6", 1, func(req *api.SubmitRequest) {
+		req.RestartPolicy, req.MaxRestarts = &policy, &restarts
+	})
+	r.eventually("four instances run", 60*time.Second, func() (bool, string) {
+		st := r.statuses(ids)
+		return st["RUNNING"] == 4, fmt.Sprint(st)
+	})
+	victim, err := r.cl.Instance(context.Background(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if victim.AssignedTo == nil {
+		t.Fatal("the running instance has no worker")
+	}
+	pid := workerPID(t, *victim.AssignedTo)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	lostAt := time.Now()
+	r.eventually("the lost machine is replaced", 30*time.Second, func() (bool, string) {
+		evs := r.events()
+		return strings.Contains(evs, "node-lost") && strings.Count(evs, " launched:") >= 5, "waiting for node-lost and a 5th launch"
+	})
+	if d := time.Since(lostAt); d > 10*time.Second {
+		t.Errorf("replacement took %v", d)
+	}
+	r.eventually("every instance completes", 60*time.Second, func() (bool, string) {
+		st := r.statuses(ids)
+		return st["COMPLETED"] == 4, fmt.Sprint(st)
+	})
+	again, err := r.cl.Instance(context.Background(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Attempt < 2 {
+		t.Errorf("the lost instance finished at attempt %d, want a rerun (attempt ≥ 2)", again.Attempt)
 	}
 }
