@@ -55,8 +55,8 @@ type Controller struct {
 	// busyHint is the last busy report of each node. A report can arrive
 	// before the controller sees the node join (the worker registers with
 	// the head before the next List); it is replayed after NodeJoined.
-	busyHint map[reconcile.NodeID]bool
-	saved     int                  // desired count in the journal
+	busyHint  map[reconcile.NodeID]bool
+	saved     int // desired count in the journal
 	hasSaved  bool
 	list      []provider.Machine           // this tick's List
 	listed    map[string]*provider.Machine // by id, into list

@@ -211,6 +211,32 @@ func TestTideDecide(t *testing.T) {
 			wantText: "8 queued instances need 3 nodes; 4 already requested",
 		},
 		{
+			// 1 joined and 1 booting; 12 tasks need 3 new nodes, more than
+			// the 1 booting: the burst goes on, so 2 spare nodes come too.
+			name: "a backlog that outgrows the nodes booting gets the burst spare",
+			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 2,
+			nodes:   []capacity.Node{tideNode("a", 4)},
+			pending: []capacity.Pending{tidePending(tideTask, 12)}, state: waited,
+			want: 6, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 3}}, wantCost: 0.6,
+			wantText: "12 queued instances need 3 new nodes and 2 spare",
+		},
+		{
+			// 64 tasks need 16 new nodes: the burst spare comes at once, 2 + 16/10.
+			name: "a backlog of 16 new nodes or more gets the burst spare at once",
+			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 0,
+			pending: []capacity.Pending{tidePending(tideTask, 64)}, state: waited,
+			want: 19, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 16}}, wantCost: 3.2,
+			wantText: "64 queued instances need 16 new nodes and 3 spare",
+		},
+		{
+			// Headroom 4 beats the burst spare of 2 + 16/10 = 3.
+			name: "headroom above the burst spare wins",
+			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}, func(c *Config) { c.Headroom = 4 }), desired: 0,
+			pending: []capacity.Pending{tidePending(tideTask, 64)}, state: waited,
+			want: 20, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 16}}, wantCost: 3.2,
+			wantText: "64 queued instances need 16 new nodes and 4 spare",
+		},
+		{
 			name: "new nodes lose to daemons what daemons take on existing nodes",
 			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 1,
 			nodes:   []capacity.Node{tideNode("a", 4)},
@@ -354,6 +380,23 @@ func TestTideBurst(t *testing.T) {
 			t.Fatalf("step %d: PendingSince %v, want %v", i, d.State.PendingSince, wantSince)
 		}
 		desired, st = d.Desired, d.State
+	}
+}
+
+// TestBurstSpare: none while the backlog fits the nodes booting or for a
+// small first scale-up; 2 + 1 per 10 new nodes when the backlog outgrows
+// the nodes booting or needs 16 new nodes or more.
+func TestBurstSpare(t *testing.T) {
+	tests := []struct {
+		newNodes, booting, want int
+	}{
+		{0, 0, 0}, {0, 3, 0}, {1, 0, 0}, {15, 0, 0}, {16, 0, 3}, {830, 0, 85},
+		{3, 3, 0}, {2, 5, 0}, {4, 3, 2}, {12, 2, 3}, {25, 24, 4},
+	}
+	for _, tt := range tests {
+		if got := burstSpare(tt.newNodes, tt.booting); got != tt.want {
+			t.Errorf("burstSpare(%d new, %d booting) = %d, want %d", tt.newNodes, tt.booting, got, tt.want)
+		}
 	}
 }
 

@@ -141,7 +141,7 @@ func (r *running) pool(name string) api.PoolJSON {
 }
 
 func (r *running) events() string {
-	evs, err := r.cl.Events(context.Background(), client.EventOptions{})
+	evs, err := r.cl.Events(context.Background(), client.EventOptions{Limit: api.MaxEventLimit})
 	if err != nil {
 		return err.Error()
 	}
@@ -229,9 +229,10 @@ func TestBurst(t *testing.T) {
 	if maxReady != 4 {
 		t.Errorf("the pool peaked at %d ready nodes, want 4", maxReady)
 	}
-	r.eventually("the pool returns to 0", 60*time.Second, func() (bool, string) {
+	r.eventually("the pool returns to 0 and its machines are deleted", 60*time.Second, func() (bool, string) {
 		p := r.pool("burst")
-		return p.Ready == 0 && p.Pending == 0 && p.Desired == 0, fmt.Sprintf("%+v", p)
+		deleted := strings.Count(r.events(), " deleted: ")
+		return p.Ready == 0 && p.Pending == 0 && p.Desired == 0 && deleted == 4, fmt.Sprintf("%d deleted, %+v", deleted, p)
 	})
 	evs := r.events()
 	for _, want := range []string{"launched", "joined", "drain", "deleted", "desired 0 -> 4", "-> 0"} {

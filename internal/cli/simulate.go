@@ -1,0 +1,217 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tide-project/tide/internal/policy"
+	"github.com/tide-project/tide/internal/sim"
+	"github.com/tide-project/tide/internal/trace"
+)
+
+// htmlBuckets is the number of points per chart of the HTML report.
+const htmlBuckets = 600
+
+func newSimulateCmd(s Streams) *cobra.Command {
+	var tracePath, cfgPath, pol, output, htmlPath string
+	var seed uint64
+	var skipBad bool
+	cmd := &cobra.Command{
+		Use:   "simulate --trace FILE [--pool-config F] [--policy NAME|all]",
+		Short: "Replay a workload trace against a simulated cloud under one or all scaling policies",
+		Long: `Replay a workload trace (a job trace, or a request-rate or demand series) on
+virtual time against a simulated cloud with boot latency, prices and spot
+interruptions, under one scaling policy or all of them, and report for each:
+node-hours and cost (from the cloud's billing ledger), queue wait percentiles
+(submit to running, per instance), utilization, scale events and instances
+disrupted by scale-down, beside the offline lower bound (capacity that follows
+demand exactly, with no boot delay).
+
+The pool config is tide's configuration with one pool of provider type sim;
+its provider options set the cloud's latencies, and the top-level workload and
+scheduler sections say how the trace becomes instances. Without --pool-config
+a default pool is chosen from the trace's format. examples/simulate/ holds one
+config per shipped trace.
+
+Bad trace input is an error naming the file, line and column (exit code 2);
+--skip-bad-rows skips such rows instead and says how many. A run that breaks
+an invariant (a node over capacity, work disrupted by scale-down) prints its
+figures and fails (exit code 1).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return badInput(fmt.Errorf("-o: want table or json, got %q", output))
+			}
+			cfg, err := simConfig(cfgPath, tracePath)
+			if err != nil {
+				return badInput(err)
+			}
+			names, err := simPolicies(pol, cfg)
+			if err != nil {
+				return badInput(err)
+			}
+			w, err := sim.ReadWorkload(tracePath, cfg, skipBad)
+			if err != nil {
+				return badInput(err)
+			}
+			if w.Read.Skipped > 0 {
+				fmt.Fprintf(s.Err, "tide: %s: skipped %d bad rows (--skip-bad-rows): %s\n", tracePath, w.Read.Skipped, w.Read)
+			}
+			bound, err := w.Bound(cfg, htmlPath != "")
+			if err != nil {
+				return badInput(fmt.Errorf("%s: %w", tracePath, err))
+			}
+			rep := &sim.Report{Trace: tracePath, Config: cfg, Workload: w, Bound: bound}
+			bar := newProgress(s.Err)
+			var runErr error
+			for i, name := range names {
+				opts := sim.Options{Policy: name, Seed: seed, Progress: func(f float64) {
+					bar.show((float64(i)+f)/float64(len(names)), name)
+				}}
+				if htmlPath != "" {
+					opts.Buckets = htmlBuckets
+				}
+				res, err := sim.Run(cmd.Context(), cfg, w, opts)
+				if res == nil {
+					bar.clear()
+					return fmt.Errorf("simulate %s: %w", name, err)
+				}
+				if err != nil && runErr == nil {
+					runErr = fmt.Errorf("simulate %s: %w", name, err)
+				}
+				rep.Results = append(rep.Results, res)
+			}
+			bar.clear()
+			if htmlPath != "" {
+				if err := writeHTMLReport(htmlPath, rep); err != nil {
+					return err
+				}
+			}
+			if output == "json" {
+				enc := json.NewEncoder(s.Out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep.JSON()); err != nil {
+					return err
+				}
+			} else if err := rep.WriteTable(s.Out); err != nil {
+				return err
+			}
+			return runErr
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&tracePath, "trace", "", "trace file (CSV) to replay")
+	f.StringVar(&cfgPath, "pool-config", "", "simulation config (YAML): one pool of provider type sim, plus workload and scheduler sections")
+	f.StringVar(&pol, "policy", "", "policy to run: "+strings.Join(policy.Names, ", ")+", or all (default: the pool's)")
+	f.Uint64Var(&seed, "seed", 1, "seed of the simulated cloud's randomness (boot latencies, spot interruptions)")
+	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	f.StringVar(&htmlPath, "html", "", "also write a self-contained HTML report (charts, table, configuration) to this file")
+	f.BoolVar(&skipBad, "skip-bad-rows", false, "skip malformed trace rows (and say how many) instead of failing")
+	_ = cmd.MarkFlagRequired("trace")
+	return cmd
+}
+
+// simConfig loads the pool config, or picks the default for the trace's
+// format.
+func simConfig(cfgPath, tracePath string) (*sim.Config, error) {
+	if cfgPath != "" {
+		return sim.LoadConfig(cfgPath)
+	}
+	r, err := trace.Open(tracePath, trace.Options{IgnoreNormalized: true})
+	if err != nil {
+		return nil, err
+	}
+	f := r.Format()
+	if err := r.Close(); err != nil {
+		return nil, err
+	}
+	return sim.DefaultConfig(f), nil
+}
+
+// simPolicies resolves --policy: one name, all, or the pool's own.
+func simPolicies(name string, cfg *sim.Config) ([]string, error) {
+	switch {
+	case name == "all":
+		return slices.Clone(policy.Names), nil
+	case name == "":
+		pc, err := cfg.PolicyConfig("")
+		if err != nil {
+			return nil, err
+		}
+		return []string{pc.Policy}, nil
+	case slices.Contains(policy.Names, name):
+		return []string{name}, nil
+	}
+	return nil, fmt.Errorf("--policy: unknown policy %q (want %s or all)", name, strings.Join(policy.Names, ", "))
+}
+
+func writeHTMLReport(path string, rep *sim.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--html: %w", err)
+	}
+	if err := rep.WriteHTML(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--html: writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--html: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// progress draws a progress bar on a terminal once a run has taken more
+// than a second; elsewhere (a pipe, a file, a test) it draws nothing.
+type progress struct {
+	w     io.Writer
+	on    bool
+	start time.Time
+	shown bool
+	last  int
+}
+
+func newProgress(w io.Writer) *progress {
+	return &progress{w: w, on: isTerminal(w), start: time.Now(), last: -1}
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+const barWidth = 30
+
+// show draws the bar at fraction f (0..1) with a label.
+func (p *progress) show(f float64, label string) {
+	if !p.on || time.Since(p.start) < time.Second {
+		return
+	}
+	pct := int(f * 100)
+	if pct == p.last {
+		return
+	}
+	p.last = pct
+	p.shown = true
+	n := min(max(int(f*barWidth), 0), barWidth)
+	fmt.Fprintf(p.w, "\r[%s%s] %3d%% %s\x1b[K", strings.Repeat("=", n), strings.Repeat(" ", barWidth-n), pct, label)
+}
+
+// clear erases the bar.
+func (p *progress) clear() {
+	if p.shown {
+		fmt.Fprint(p.w, "\r\x1b[K")
+		p.shown = false
+	}
+}

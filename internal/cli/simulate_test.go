@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// simPool is a pool of 8-GPU nodes booting in 100 s.
+const simPool = `pools:
+  - name: gpu
+    provider: {type: sim, options: {boot: 100s, configure: 5s}}
+    nodes: [0, 20]
+    offerings: [{type: g8, cpu: 64, memory: 512Gi, gpus: 8, price: 10}]
+    scaling: {policy: tide, slots_per_node: 8}
+workload: {split_to_node: true}
+`
+
+// phillyCSV returns a philly-format trace of n jobs, one every 30 s.
+func phillyCSV(n int) string {
+	var b strings.Builder
+	b.WriteString("job_id,submit_s,start_s,duration_s,gpus,cpus,mem_gb,vc\n")
+	for i := range n {
+		fmt.Fprintf(&b, "philly-%d,%d,,%d,%d,,,vc%d\n", i, 30*i, 600+97*(i%13), []int{1, 1, 2, 4, 8, 16}[i%6], i%3)
+	}
+	return b.String()
+}
+
+// TestSimulateJSON: --policy all prints one object with the lower bound and
+// one entry per policy, in the issue's shape, each with 0 disrupted.
+func TestSimulateJSON(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "pool.yaml", simPool)
+	tr := writeFile(t, dir, "philly_jobs.csv", phillyCSV(60))
+	code, out, errs := run(t, "", "simulate", "--trace", tr, "--pool-config", cfg, "--policy", "all", "--seed", "3", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if errs != "" {
+		t.Errorf("stderr not quiet off a terminal: %q", errs)
+	}
+	var rep struct {
+		Trace      string `json:"trace"`
+		LowerBound struct {
+			NodeHours float64 `json:"node_hours"`
+			Cost      float64 `json:"cost"`
+		} `json:"lower_bound"`
+		Policies []struct {
+			Policy    string  `json:"policy"`
+			NodeHours float64 `json:"node_hours"`
+			Cost      float64 `json:"cost"`
+			P50       float64 `json:"wait_p50_s"`
+			P95       float64 `json:"wait_p95_s"`
+			P99       float64 `json:"wait_p99_s"`
+			Util      float64 `json:"utilization"`
+			Scale     int     `json:"scale_events"`
+			Disrupted int     `json:"disrupted"`
+		} `json:"policies"`
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.Trace != tr || rep.LowerBound.NodeHours <= 0 || !near(rep.LowerBound.Cost, 10*rep.LowerBound.NodeHours) {
+		t.Errorf("trace %q, bound %+v", rep.Trace, rep.LowerBound)
+	}
+	var names []string
+	for _, p := range rep.Policies {
+		names = append(names, p.Policy)
+		if p.Disrupted != 0 || p.NodeHours <= 0 || p.Scale == 0 || p.Util <= 0 || p.Util > 1 || p.P50 > p.P95 || p.P95 > p.P99 {
+			t.Errorf("implausible figures: %+v", p)
+		}
+	}
+	if got := strings.Join(names, ","); got != "tide,skyward,target-tracking,utilization" {
+		t.Errorf("policies = %s", got)
+	}
+	// The same seed prints the same report.
+	if _, again, _ := run(t, "", "simulate", "--trace", tr, "--pool-config", cfg, "--policy", "all", "--seed", "3", "-o", "json"); again != out {
+		t.Error("two runs with the same seed printed different reports")
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-6*b+1e-9 && b-a < 1e-6*b+1e-9 }
+
+// TestSimulateTableAndHTML: the default output is a table with the bound,
+// and --html writes a self-contained page with a chart per policy.
+func TestSimulateTableAndHTML(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "pool.yaml", simPool)
+	tr := writeFile(t, dir, "philly_jobs.csv", phillyCSV(40))
+	page := filepath.Join(dir, "report.html")
+	code, out, errs := run(t, "", "simulate", "--trace", tr, "--pool-config", cfg, "--policy", "skyward", "--html", page)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"policy", "skyward", "lower bound", "node-hours"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "tide  ") {
+		t.Errorf("table shows policies not asked for:\n%s", out)
+	}
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(html), "<svg"); n != 1 || !strings.Contains(string(html), "<polyline") {
+		t.Errorf("report has %d charts", n)
+	}
+}
+
+// TestSimulateDefaultConfig: without --pool-config a pool is chosen from
+// the trace's format.
+func TestSimulateDefaultConfig(t *testing.T) {
+	tr := writeFile(t, t.TempDir(), "philly_jobs.csv", phillyCSV(20))
+	code, out, errs := run(t, "", "simulate", "--trace", tr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "tide") || !strings.Contains(out, "g8/on-demand") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestSimulateBadInput: bad trace rows are errors naming the file, line
+// and column (exit 2) unless --skip-bad-rows skips them and says how many;
+// bad flags and configs exit 2 too.
+func TestSimulateBadInput(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "pool.yaml", simPool)
+	bad := writeFile(t, dir, "bad.csv", phillyCSV(5)+"philly-9,400,,soon,1,,,vc0\n"+"philly-10,10,,60,1,,,vc0\n")
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"bad value", []string{"--trace", bad, "--pool-config", cfg}, 2, "bad.csv:7: column 4 (duration_s)"},
+		{"skip", []string{"--trace", bad, "--pool-config", cfg, "--skip-bad-rows"}, 0, "skipped 2 bad rows"},
+		{"missing trace", []string{"--trace", filepath.Join(dir, "none.csv"), "--pool-config", cfg}, 2, "none.csv"},
+		{"policy", []string{"--trace", bad, "--pool-config", cfg, "--policy", "fastest"}, 2, `--policy: unknown policy "fastest"`},
+		{"output", []string{"--trace", bad, "--pool-config", cfg, "-o", "yaml"}, 2, "-o: want table or json"},
+		{"config", []string{"--trace", bad, "--pool-config", writeFile(t, dir, "x.yaml", "pools: []\n")}, 2, "x.yaml"},
+		{"no trace", []string{"--pool-config", cfg}, 2, "trace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errs := run(t, "", append([]string{"simulate"}, tt.args...)...)
+			if code != tt.code || !strings.Contains(errs, tt.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d mentioning %q", code, errs, tt.code, tt.want)
+			}
+		})
+	}
+}

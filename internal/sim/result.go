@@ -1,0 +1,145 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/tide-project/tide/internal/trace"
+)
+
+// Result is what one run of one policy measured.
+type Result struct {
+	// Policy is the policy's name; Seed the run's seed.
+	Policy string
+	Seed   uint64
+	// NodeHours is the billed machine time, from the simulated cloud's
+	// ledger: from each Create to the end of its Delete, boot and idle
+	// time included.
+	NodeHours float64
+	// Cost is the ledger's cost: billed hours × price.
+	Cost float64
+	// WaitP50, WaitP95 and WaitP99 are percentiles (nearest rank) of the
+	// instances' queue wait in seconds, from the job's submit to the
+	// instance's first start. An instance that never started counts as
+	// waiting until the end of the run. WaitMean is the mean.
+	WaitP50, WaitP95, WaitP99, WaitMean float64
+	// Utilization is the fraction of the billed capacity that running
+	// instances requested, in the most used dimension (GPUs for a GPU
+	// pool): resource-seconds requested / resource-seconds billed.
+	Utilization float64
+	// ScaleEvents counts the policy's changes of the desired node count.
+	ScaleEvents int
+	// Machines counts the machines launched.
+	Machines int
+	// Disrupted counts instances stopped by a scale-down (a drain or
+	// delete of a node running them). It must be 0: anything else is an
+	// invariant violation and fails the run.
+	Disrupted int
+	// Interrupted counts instances stopped by a spot reclaim; they are
+	// queued again and restart from the beginning.
+	Interrupted int
+	// Instances is the number of instances replayed; Unfinished those not
+	// completed when the run ended.
+	Instances, Unfinished int
+	// End is when the run ended, from the trace's origin: every instance
+	// done and the pool back at its floor, or Tail after the last job.
+	End time.Duration
+	// Steps is the number of event times the engine processed.
+	Steps int
+	// Series is the demand and capacity over time, one point per bucket
+	// (Options.Buckets).
+	Series []Point
+}
+
+// Point is one bucket of Result.Series: the maxima over the bucket.
+type Point struct {
+	// At is the bucket's start, from the trace's origin.
+	At time.Duration
+	// Demand is what running and queued instances request, in nodes of
+	// the pool's largest shape (the largest share over the dimensions).
+	Demand float64
+	// Joined is the number of nodes in the cluster; Billed the number of
+	// machines the cloud bills (booting and leaving ones included).
+	Joined, Billed int
+}
+
+// seriesRecorder folds steps into buckets.
+type seriesRecorder struct {
+	width  time.Duration
+	points []Point
+}
+
+func (s *seriesRecorder) add(at time.Duration, demand float64, joined, billed int) {
+	start := at - at%s.width
+	n := len(s.points)
+	if n == 0 || s.points[n-1].At != start {
+		// Carry the last values into buckets the run skipped over, so the
+		// curve holds its level between events.
+		if n > 0 {
+			last := s.points[n-1]
+			for b := last.At + s.width; b < start; b += s.width {
+				s.points = append(s.points, Point{At: b, Demand: last.Demand, Joined: last.Joined, Billed: last.Billed})
+			}
+		}
+		s.points = append(s.points, Point{At: start, Demand: demand, Joined: joined, Billed: billed})
+		return
+	}
+	p := &s.points[n-1]
+	p.Demand = max(p.Demand, demand)
+	p.Joined = max(p.Joined, joined)
+	p.Billed = max(p.Billed, billed)
+}
+
+// Report is a benchmark: one workload on one pool under one or more
+// policies, beside the offline lower bound.
+type Report struct {
+	// Trace is the trace's file name.
+	Trace string
+	// Config is the simulation's configuration.
+	Config *Config
+	// Workload is the prepared workload.
+	Workload *Workload
+	// Bound is the offline lower bound (trace.LowerBound) of the workload
+	// on the pool's offerings.
+	Bound trace.Bound
+	// Results has one entry per policy, in the order run.
+	Results []*Result
+}
+
+// JSONReport is the machine-readable form of a Report (`tide simulate -o
+// json`).
+type JSONReport struct {
+	Trace      string       `json:"trace"`
+	LowerBound JSONBound    `json:"lower_bound"`
+	Policies   []JSONPolicy `json:"policies"`
+}
+
+// JSONBound is the lower bound's figures.
+type JSONBound struct {
+	NodeHours float64 `json:"node_hours"`
+	Cost      float64 `json:"cost"`
+}
+
+// JSONPolicy is one policy's figures.
+type JSONPolicy struct {
+	Policy      string  `json:"policy"`
+	NodeHours   float64 `json:"node_hours"`
+	Cost        float64 `json:"cost"`
+	WaitP50     float64 `json:"wait_p50_s"`
+	WaitP95     float64 `json:"wait_p95_s"`
+	WaitP99     float64 `json:"wait_p99_s"`
+	Utilization float64 `json:"utilization"`
+	ScaleEvents int     `json:"scale_events"`
+	Disrupted   int     `json:"disrupted"`
+}
+
+// JSON returns the report in the shape `tide simulate -o json` prints.
+func (r *Report) JSON() JSONReport {
+	out := JSONReport{Trace: r.Trace, LowerBound: JSONBound{NodeHours: r.Bound.NodeHours, Cost: r.Bound.Cost},
+		Policies: make([]JSONPolicy, 0, len(r.Results))}
+	for _, p := range r.Results {
+		out.Policies = append(out.Policies, JSONPolicy{Policy: p.Policy, NodeHours: p.NodeHours, Cost: p.Cost,
+			WaitP50: p.WaitP50, WaitP95: p.WaitP95, WaitP99: p.WaitP99, Utilization: p.Utilization,
+			ScaleEvents: p.ScaleEvents, Disrupted: p.Disrupted})
+	}
+	return out
+}
