@@ -504,7 +504,9 @@ func (c *Coordinator) pick(ctx context.Context) (uint16, error) {
 			counts[r.Shard]++
 		}
 		c.mu.Lock()
-		c.counts, c.countsOK = counts, true
+		if !c.countsOK { // another first contact may have loaded them meanwhile and counted picks since
+			c.counts, c.countsOK = counts, true
+		}
 		c.mu.Unlock()
 	}
 	c.mu.Lock()
