@@ -139,18 +139,39 @@ func (p *Pool) ownNodes(pr capacity.Pressure) capacity.Pressure {
 	return out
 }
 
-// Run evaluates on every report and every Interval until ctx ends.
+// Run evaluates on every report, every Interval, and at the time a decision
+// asks to be rechecked (the end of a batching window), until ctx ends.
 func (p *Pool) Run(ctx context.Context) error {
 	t := p.clk.NewTicker(p.cfg.Interval)
 	defer t.Stop()
+	var recheck clock.Timer
+	var recheckC <-chan time.Time // nil: no recheck armed
+	defer func() {
+		if recheck != nil {
+			recheck.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-p.poke:
 		case <-t.C():
+		case <-recheckC:
+			recheckC = nil
 		}
-		p.Evaluate(p.clk.Now())
+		now := p.clk.Now()
+		d, ok := p.Evaluate(now)
+		if !ok || !d.Recheck.After(now) {
+			continue
+		}
+		if recheck == nil {
+			recheck = p.clk.NewTimer(d.Recheck.Sub(now))
+		} else {
+			recheck.Stop()
+			recheck.Reset(d.Recheck.Sub(now))
+		}
+		recheckC = recheck.C()
 	}
 }
 

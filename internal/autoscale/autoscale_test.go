@@ -222,3 +222,44 @@ func TestIdleSinceReleasesEmptyNodes(t *testing.T) {
 		t.Fatalf("+23s: desired %d (%s), want 1: node 1 idle for 11s", d.Desired, d.Reason)
 	}
 }
+
+// TestRunRechecksAtTheEndOfTheBatchingWindow: the tide policy holds a new
+// backlog for its batching window; the loop decides when the window ends,
+// not at its next tick (an hour away here).
+func TestRunRechecksAtTheEndOfTheBatchingWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pol, err := policy.New(policy.Config{Policy: policy.Tide, Nodes: capacity.Elastic(0, 4), BatchWindow: 500 * time.Millisecond,
+			Offerings: []capacity.Offering{{Type: "c2", Resources: capacity.CPU(2000), PricePerHour: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := &fakeTarget{}
+		clk := clock.NewFake(t0)
+		p, err := New(Config{Pool: "batch", Policy: pol, Interval: time.Hour}, target, clk, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		p.Observe(pressure("batch", nil, 4))
+		synctest.Wait()
+		if d, _ := target.snapshot(); len(d) != 0 {
+			t.Fatalf("decided %v inside the batching window", d)
+		}
+		clk.Advance(499 * time.Millisecond)
+		synctest.Wait()
+		if d, _ := target.snapshot(); len(d) != 0 {
+			t.Fatalf("decided %v 1ms before the window ends", d)
+		}
+		clk.Advance(time.Millisecond)
+		synctest.Wait()
+		if d, _ := target.snapshot(); fmt.Sprint(d) != "[2]" {
+			t.Fatalf("at the end of the window: decisions %v, want [2]", d)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}

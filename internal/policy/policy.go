@@ -65,6 +65,10 @@ type Decision struct {
 	Tide *TideFigures `json:"tide,omitempty"`
 	// State is to be passed as Input.State on the next call.
 	State State `json:"state"`
+	// Recheck, when set, is the time at which the same input may decide
+	// differently (the end of tide's batching window): a driver should
+	// evaluate again then rather than wait for its next tick.
+	Recheck time.Time `json:"recheck,omitzero"`
 }
 
 // State is what a policy carries from one call to the next. Each policy uses

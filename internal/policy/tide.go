@@ -102,7 +102,7 @@ func (p *tidePolicy) Decide(in Input) Decision {
 			st.PendingSince = in.Now
 		}
 		if waited := in.Now.Sub(st.PendingSince); waited < p.cfg.BatchWindow {
-			d = Decision{Desired: in.Desired, Tide: &TideFigures{},
+			d = Decision{Desired: in.Desired, Tide: &TideFigures{}, Recheck: st.PendingSince.Add(p.cfg.BatchWindow),
 				Reason: NewReason(CodeBatching, "%d queued instances batched for %dms of the %dms window",
 					int64(queued), waited.Milliseconds(), p.cfg.BatchWindow.Milliseconds())}
 		} else {

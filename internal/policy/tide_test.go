@@ -448,3 +448,20 @@ func BenchmarkTideDecide(b *testing.B) {
 		p.Decide(in)
 	}
 }
+
+// TestTideBatchingAsksForARecheck: while a backlog is held for the batching
+// window the decision names the window's end, so a driver decides then
+// instead of at its next tick; other decisions name no time.
+func TestTideBatchingAsksForARecheck(t *testing.T) {
+	p := NewTide(tideConfig(t, capacity.Elastic(0, 8), []capacity.Offering{tideOD}))
+	in := Input{Now: tideT0, Desired: 1, Pressure: capacity.Pressure{
+		Nodes: []capacity.Node{tideNode("a", 4)}, Pending: []capacity.Pending{tidePending(tideTask, 8)}}}
+	d := p.Decide(in)
+	if d.Reason.Code != CodeBatching || !d.Recheck.Equal(tideT0.Add(2*time.Second)) {
+		t.Fatalf("batching decision: code %s recheck %v, want batching at +2s", d.Reason.Code, d.Recheck)
+	}
+	in.Now, in.State = d.Recheck, d.State
+	if d = p.Decide(in); d.Reason.Code != CodeScaleUp || !d.Recheck.IsZero() {
+		t.Fatalf("at the recheck: code %s recheck %v, want scale-up and no recheck", d.Reason.Code, d.Recheck)
+	}
+}
