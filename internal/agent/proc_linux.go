@@ -10,62 +10,20 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/tide-project/tide/internal/procinfo"
 )
 
-// procStat reads a process's state letter and start time (clock ticks since
-// boot, field 22 of /proc/<pid>/stat). fs.ErrNotExist when there is no such
-// process.
-func procStat(pid int) (state byte, startTicks uint64, err error) {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, 0, err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces or
-	// parentheses: split after the last ')'.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 || i+2 >= len(data) {
-		return 0, 0, fmt.Errorf("parse /proc/%d/stat: no command field", pid)
-	}
-	fields := strings.Fields(string(data[i+2:]))
-	// fields[0] is field 3 (state); field 22 is fields[19].
-	if len(fields) < 20 {
-		return 0, 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(fields)+2)
-	}
-	ticks, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("parse /proc/%d/stat: starttime: %w", pid, err)
-	}
-	return fields[0][0], ticks, nil
-}
-
 // processStartTicks returns the start time of a live process.
-func processStartTicks(pid int) (uint64, error) {
-	_, t, err := procStat(pid)
-	return t, err
-}
+func processStartTicks(pid int) (uint64, error) { return procinfo.StartTicks(pid) }
 
 // processAlive reports whether pid is a live (not zombie) process that
 // started at startTicks, so a reused pid is not mistaken for ours.
-func processAlive(pid int, startTicks uint64) bool {
-	st, t, err := procStat(pid)
-	if err != nil {
-		return false
-	}
-	if st == 'Z' || st == 'X' {
-		return false
-	}
-	return startTicks == 0 || t == startTicks
-}
+func processAlive(pid int, startTicks uint64) bool { return procinfo.Alive(pid, startTicks) }
 
 // machineBootID identifies the running kernel boot; processes recorded under
 // another boot are gone.
-func machineBootID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
+func machineBootID() string { return procinfo.BootID() }
 
 // findProcessByEnv returns the pid of a live process whose environment
 // holds the entry env ("NAME=value"), or 0. It is the fallback for a process

@@ -13,59 +13,26 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/tide-project/tide/internal/procinfo"
 )
 
 // supported reports whether this platform runs the local provider.
 const supported = true
 
-// procStat reads a process's state letter and start time (clock ticks since
-// boot, field 22 of /proc/<pid>/stat); an error wrapping fs.ErrNotExist when
-// there is no such process.
-func procStat(pid int) (state byte, startTicks uint64, err error) {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, 0, err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces or
-	// parentheses: split after the last ')'.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 || i+2 >= len(data) {
-		return 0, 0, fmt.Errorf("parse /proc/%d/stat: no command field", pid)
-	}
-	fields := strings.Fields(string(data[i+2:]))
-	// fields[0] is field 3 (state); field 22 is fields[19].
-	if len(fields) < 20 {
-		return 0, 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(fields)+2)
-	}
-	ticks, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("parse /proc/%d/stat: starttime: %w", pid, err)
-	}
-	return fields[0][0], ticks, nil
-}
+// procStat reads a process's state letter and start time.
+func procStat(pid int) (state byte, startTicks uint64, err error) { return procinfo.Stat(pid) }
 
 // startTicks returns the start time of a process.
-func startTicks(pid int) (uint64, error) {
-	_, t, err := procStat(pid)
-	return t, err
-}
+func startTicks(pid int) (uint64, error) { return procinfo.StartTicks(pid) }
 
 // procAlive reports whether pid is a live process (not a zombie) that
-// started at start.
-func procAlive(pid int, start uint64) bool {
-	st, t, err := procStat(pid)
-	return err == nil && st != 'Z' && st != 'X' && t == start
-}
+// started at start; an unknown start (0) matches nothing.
+func procAlive(pid int, start uint64) bool { return start != 0 && procinfo.Alive(pid, start) }
 
 // bootID identifies the running kernel boot; pids recorded under another
 // boot name no process of ours.
-func bootID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
+func bootID() string { return procinfo.BootID() }
 
 // setProcessGroup makes cmd's process the leader of a new process group.
 func setProcessGroup(cmd *exec.Cmd) {
