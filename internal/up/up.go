@@ -93,12 +93,11 @@ func DefaultPool() (config.Pool, error) {
 
 // pool is one running pool.
 type pool struct {
-	cfg    config.Pool
-	pol    policy.Policy
-	ctl    *controller.Controller
-	loop   *autoscale.Pool
-	prov   *local.Provider
-	events chan struct{}
+	cfg  config.Pool
+	pol  policy.Policy
+	ctl  *controller.Controller
+	loop *autoscale.Pool
+	prov *local.Provider
 }
 
 // Run runs the head and the pools until ctx ends, then drains and stops
@@ -143,11 +142,12 @@ func Run(ctx context.Context, cfg Config) error {
 	hc.DataDir, hc.Port, hc.JoinToken, hc.Registry, hc.Logger = cfg.DataDir, cmp.Or(cfg.Port, 8000), token, cfg.Registry, log.With("component", "head")
 	hc.Addr = ""
 	hc.OnPressure = func(reports map[string]capacity.Pressure) {
-		for name, pr := range reports {
-			if p, ok := byName.Load(name); ok {
-				p.(*pool).loop.Observe(pr)
-			}
-		}
+		// A pool absent from the report has no worker and nothing queued: it
+		// observes an empty report rather than keep replaying its last one.
+		byName.Range(func(name, p any) bool {
+			p.(*pool).loop.Observe(reports[name.(string)])
+			return true
+		})
 	}
 	hc.Route = func(labels map[string]string, req capacity.Resources) string { return route(pools, labels, req) }
 	h, err := head.New(ctx, hc)
