@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tide-project/tide/internal/transcript"
 
 	"github.com/tide-project/tide/internal/capacity"
 )
@@ -33,86 +33,10 @@ var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // <id> | adopt [current=a,b] [pending=..] [busy=..].
 // With -rewrite the expected output is replaced by the actual one.
 func TestTranscripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no transcripts in testdata")
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			runTranscript(t, file)
-		})
-	}
-}
-
-type block struct {
-	line     int
-	cmd      string
-	expected []string
-}
-
-type segment struct {
-	raw   string // a comment or blank line, when blk is nil
-	block *block
-}
-
-func parseTranscript(t *testing.T, file string) []segment {
-	t.Helper()
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	var segs []segment
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			segs = append(segs, segment{raw: l})
-			continue
-		}
-		b := &block{line: i + 1, cmd: l}
-		if i+1 >= len(lines) || lines[i+1] != "----" {
-			t.Fatalf("%s:%d: command %q is not followed by ----", file, i+1, l)
-		}
-		i += 2
-		for ; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
-			b.expected = append(b.expected, lines[i])
-		}
-		i-- // the blank line (or EOF) is a raw segment
-		segs = append(segs, segment{block: b})
-	}
-	return segs
-}
-
-func runTranscript(t *testing.T, file string) {
-	segs := parseTranscript(t, file)
-	h := &harness{now: base}
-	var out strings.Builder
-	for _, s := range segs {
-		if s.block == nil {
-			out.WriteString(s.raw + "\n")
-			continue
-		}
-		b := s.block
-		got, err := h.run(b.cmd)
-		if err != nil {
-			t.Fatalf("%s:%d: %s: %v", file, b.line, b.cmd, err)
-		}
-		fmt.Fprintf(&out, "%s\n----\n%s\n", b.cmd, got)
-		if *rewrite {
-			continue
-		}
-		if want := strings.Join(b.expected, "\n"); got != want {
-			t.Errorf("%s:%d: %s\n--- got:\n%s\n--- want:\n%s", file, b.line, b.cmd, got, want)
-		}
-	}
-	if *rewrite {
-		if err := os.WriteFile(file, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	transcript.RunAll(t, "testdata/*.txt", *rewrite, func(*testing.T) transcript.Runner {
+		h := &harness{now: base}
+		return h.run
+	})
 }
 
 // harness turns transcript commands into events.
