@@ -2,11 +2,15 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,22 +19,33 @@ import (
 )
 
 func newDecide(s Streams) *cobra.Command {
-	var cfgPath, snapPath, pool, output string
+	var cfgPath, snapPath, stepsPath, pool, output string
 	cmd := &cobra.Command{
-		Use:   "decide --config pool.yaml --snapshot snapshot.json",
-		Short: "Evaluate one pool's scaling policy on a snapshot (what-if, no side effects)",
+		Use:   "decide --config pool.yaml (--snapshot snapshot.json | --steps FILE|DIR)",
+		Short: "Evaluate one pool's policy and controller step on a snapshot (what-if, no side effects)",
 		Long: `Evaluate one pool's scaling policy on a snapshot and print the decision:
 the new desired node count, the reason in words, the policy's own figures and
 the new policy state. Nothing is started, stopped or changed.
 
 The snapshot (JSON) holds the time, the current desired count, the pool's nodes
 with what runs on them, the pending instances, and optionally the "state" of a
-previous result, so decisions can be chained. See README.md for the format.
-Use --snapshot - to read it from standard input.`,
+previous result, so decisions can be chained. When it also holds a "controller"
+view (machines and their states, the provision call in flight and its outcome,
+the last tick), decide prints the actions one controller step takes after the
+policy, with the reason for each, computed by the live pool's reconciler.
+
+--steps FILE (a JSON array of snapshots) or --steps DIR (one snapshot per
+*.json file, in name order) replays a sequence: each step starts from what the
+previous one left (policy state, desired, machines, the provision in flight)
+and states only what changed. A step's "expect" is checked: a mismatch exits 1.
+See docs/decide.md for the format. Use --snapshot - to read standard input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "table" && output != "json" {
 				return badInput(fmt.Errorf("-o: want table or json, got %q", output))
+			}
+			if (snapPath == "") == (stepsPath == "") {
+				return badInput(errors.New("give exactly one of --snapshot and --steps"))
 			}
 			cfg, err := config.Load(cfgPath)
 			if err != nil {
@@ -40,6 +55,10 @@ Use --snapshot - to read it from standard input.`,
 			if err != nil {
 				return badInput(err)
 			}
+			in := decide.Input{Pool: p.Name, Policy: p.PolicyConfig(), Reconcile: p.ReconcileConfig(), Interval: p.ReconcileEvery()}
+			if stepsPath != "" {
+				return runSteps(s, in, cfgPath, stepsPath, output)
+			}
 			data, err := readInput(s.In, snapPath)
 			if err != nil {
 				return badInput(err)
@@ -48,7 +67,7 @@ Use --snapshot - to read it from standard input.`,
 			if err != nil {
 				return badInput(fmt.Errorf("%s: %w", snapPath, err))
 			}
-			res, err := decide.Run(p.Name, p.PolicyConfig(), snap)
+			res, err := decide.Decide(in, snap)
 			if err != nil {
 				return badInput(fmt.Errorf("%s: pool %q: %w", cfgPath, p.Name, err))
 			}
@@ -63,11 +82,85 @@ Use --snapshot - to read it from standard input.`,
 	f := cmd.Flags()
 	f.StringVar(&cfgPath, "config", "", "tide configuration file (YAML) with the pool")
 	f.StringVar(&snapPath, "snapshot", "", "snapshot file (JSON), or - for standard input")
+	f.StringVar(&stepsPath, "steps", "", "a JSON array of snapshots, or a directory of snapshot files, replayed in order")
 	f.StringVar(&pool, "pool", "", "pool to evaluate (default: the only pool in the config)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	_ = cmd.MarkFlagRequired("config")
-	_ = cmd.MarkFlagRequired("snapshot")
 	return cmd
+}
+
+// runSteps replays a steps file or directory and prints every decision.
+func runSteps(s Streams, in decide.Input, cfgPath, path, output string) error {
+	steps, err := readSteps(path)
+	if err != nil {
+		return badInput(err)
+	}
+	res, err := decide.RunSteps(in, steps)
+	if err != nil {
+		return badInput(fmt.Errorf("%s: pool %q: %w", cfgPath, in.Pool, err))
+	}
+	if output == "json" {
+		enc := json.NewEncoder(s.Out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		for i, r := range res {
+			if i > 0 {
+				fmt.Fprintln(s.Out)
+			}
+			fmt.Fprintf(s.Out, "== %s\n", r.Name)
+			if r.Comment != "" {
+				fmt.Fprintf(s.Out, "%s\n", r.Comment)
+			}
+			if err := printDecision(s.Out, r.Result); err != nil {
+				return err
+			}
+		}
+	}
+	var bad []string
+	for _, r := range res {
+		for _, m := range r.Mismatches {
+			bad = append(bad, r.Name+": expect: "+m)
+		}
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "\n"))
+	}
+	return nil
+}
+
+// readSteps reads a steps file, or every *.json file of a directory in name order.
+func readSteps(path string) ([]decide.Step, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--steps: %w", err)
+	}
+	if !fi.IsDir() {
+		data, err := readInput(nil, path)
+		if err != nil {
+			return nil, err
+		}
+		return decide.SplitSteps(path, data)
+	}
+	names, err := filepath.Glob(filepath.Join(path, "*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("--steps: %w", err)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("--steps: %s holds no *.json snapshot", path)
+	}
+	slices.Sort(names)
+	steps := make([]decide.Step, 0, len(names))
+	for _, name := range names {
+		data, err := readInput(nil, name)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, decide.Step{Name: name, Data: data})
+	}
+	return steps, nil
 }
 
 func pickPool(cfg *config.File, name, path string) (*config.Pool, error) {
@@ -149,6 +242,34 @@ func printDecision(w io.Writer, r decide.Result) error {
 		return err
 	}
 	fmt.Fprintf(tw, "state\t%s\n", state)
+	if c := r.Controller; c != nil {
+		tick := "no tick (next " + c.NextTick.UTC().Format(time.RFC3339) + ")"
+		if c.Ticked {
+			tick = "tick (next " + c.NextTick.UTC().Format(time.RFC3339) + ")"
+		}
+		fmt.Fprintf(tw, "controller\t%s -> %s, %s\n", c.Before, c.After, tick)
+		fmt.Fprintf(tw, "events\t%s\n", list(c.Events))
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w, "actions:")
+		aw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		if len(c.Actions) == 0 {
+			fmt.Fprintln(aw, "  -\tnothing to do")
+		}
+		for _, a := range c.Actions {
+			what := a.Short()
+			if len(a.Offerings) > 0 {
+				offs := make([]string, len(a.Offerings))
+				for i, o := range a.Offerings {
+					offs[i] = fmt.Sprintf("%d × %s", o.Count, o.Offering)
+				}
+				what += " (" + strings.Join(offs, ", ") + ")"
+			}
+			fmt.Fprintf(aw, "  %s\t%s\n", what, a.Reason)
+		}
+		return aw.Flush()
+	}
 	return tw.Flush()
 }
 

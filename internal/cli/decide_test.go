@@ -105,7 +105,8 @@ func TestDecideBadInputExits2NamingTheField(t *testing.T) {
 		{"missing config file", []string{"--config", filepath.Join(dir, "nope.yaml"), "--snapshot", good}, "reading config"},
 		{"bad output", []string{"--config", cfg, "--snapshot", good, "-o", "xml"}, "-o: want table or json"},
 		{"unknown pool", []string{"--config", cfg, "--snapshot", good, "--pool", "gpu"}, `--pool: ` + cfg + ` has no pool "gpu"`},
-		{"missing flags", nil, `required flag(s) "config", "snapshot" not set`},
+		{"missing flags", nil, `required flag(s) "config" not set`},
+		{"no snapshot", []string{"--config", "x.yaml"}, "give exactly one of --snapshot and --steps"},
 		{"unknown flag", []string{"--colour"}, "unknown flag: --colour"},
 	}
 	for _, tt := range tests {

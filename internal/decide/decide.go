@@ -21,11 +21,12 @@ package decide
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/strictjson"
+	"github.com/tide-project/tide/internal/reconcile"
 )
 
 // Snapshot is the input of one decision.
@@ -40,6 +41,28 @@ type Snapshot struct {
 	Pending []capacity.Pending `json:"pending"`
 	// State is the state returned by a previous decision (optional).
 	State policy.State `json:"state"`
+	// Controller is the reconciler's view (optional): with it, the result
+	// also holds the actions one controller step takes after the policy.
+	// When it is set and Nodes is not, the nodes are its joined machines.
+	Controller *Controller `json:"controller,omitempty"`
+	// Comment says what the snapshot shows (for walkthroughs).
+	Comment string `json:"comment,omitempty"`
+	// Expect is what the decision must be (checked by tide decide).
+	Expect *Expect `json:"expect,omitempty"`
+}
+
+// Input is what one decision runs on: the pool's policy and reconciler
+// configuration, its reconcile interval, and the snapshot.
+type Input struct {
+	// Pool is the pool's name (derived node ids are "<pool>-<ordinal>").
+	Pool string
+	// Policy is the pool's policy configuration (validated by Decide).
+	Policy policy.Config
+	// Reconcile is the pool's reconciler configuration, the one the live
+	// pool runs (config.Pool.ReconcileConfig).
+	Reconcile reconcile.Config
+	// Interval is the pool's reconcile tick interval.
+	Interval time.Duration
 }
 
 // Result is the output of one decision.
@@ -57,18 +80,20 @@ type Result struct {
 	Utilization    *policy.UtilizationFigures    `json:"utilization,omitempty"`
 	Tide           *policy.TideFigures           `json:"tide,omitempty"`
 	State          policy.State                  `json:"state"`
+	// Controller is the controller step after the policy (with a
+	// snapshot's controller view only).
+	Controller *Plan `json:"controller,omitempty"`
 }
 
 // Parse decodes and validates a snapshot. Unknown fields, negative counts and
 // malformed quantities are errors naming the field.
 func Parse(data []byte) (Snapshot, error) {
 	var s Snapshot
-	if err := strictjson.Decode(data, &s); err != nil {
-		var pe *time.ParseError
-		if errors.As(err, &pe) {
-			return s, fmt.Errorf("snapshot: time: want RFC 3339 such as 2026-01-01T00:00:00Z: %w", err)
-		}
-		return s, fmt.Errorf("snapshot: %w", err)
+	if err := checkEmpty(data); err != nil {
+		return s, err
+	}
+	if err := decodeSnapshot(data, &s); err != nil {
+		return s, err
 	}
 	return s, s.Validate()
 }
@@ -113,26 +138,74 @@ func (s *Snapshot) Validate() error {
 	if s.State.LowDatapoints < 0 {
 		errs = append(errs, fmt.Errorf("snapshot: state.low_datapoints: must not be negative, got %d", s.State.LowDatapoints))
 	}
+	if s.Controller != nil {
+		errs = append(errs, s.Controller.validate("snapshot: controller")...)
+	}
 	return errors.Join(errs...)
 }
 
-// Run evaluates the policy of cfg (validating cfg) on the snapshot.
+// nodes returns the scheduler's nodes: the snapshot's, or else the joined
+// machines of its controller view (resources default to the first offering's).
+func (s *Snapshot) nodes(pool string, offs []capacity.Offering) []capacity.Node {
+	if s.Nodes != nil || s.Controller == nil {
+		return s.Nodes
+	}
+	var res capacity.Resources
+	if len(offs) > 0 {
+		res = offs[0].Resources
+	}
+	nodes := []capacity.Node{}
+	for _, m := range s.Controller.Machines {
+		switch m.State {
+		case MachineProvisioning, MachineLost:
+			continue
+		}
+		n := capacity.Node{ID: pool + "-" + strconv.Itoa(m.Ordinal), Ordinal: m.Ordinal, Resources: m.Resources,
+			Running: m.Running, MarkedAt: m.MarkedAt}
+		if n.Resources.IsZero() {
+			n.Resources = res
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes
+}
+
+// Run evaluates the policy of cfg (validating cfg) on the snapshot, with the
+// reconciler configuration the policy config implies (no first-node
+// protection, immediate drains) and a 15 s tick.
 func Run(pool string, cfg policy.Config, s Snapshot) (Result, error) {
-	p, err := policy.New(cfg)
+	return Decide(Input{Pool: pool, Policy: cfg, Reconcile: reconcile.Config{Nodes: cfg.Nodes}, Interval: 15 * time.Second}, s)
+}
+
+// Decide evaluates the pool's policy on the snapshot and, when the snapshot
+// carries a controller view, one step of the live reconciler after it.
+func Decide(in Input, s Snapshot) (Result, error) {
+	p, err := policy.New(in.Policy)
 	if err != nil {
 		return Result{}, err
+	}
+	if in.Interval <= 0 {
+		return Result{}, fmt.Errorf("reconcile_interval: must be positive, got %s", in.Interval)
 	}
 	d := p.Decide(policy.Input{
 		Now:      s.Time,
 		Desired:  s.Desired,
-		Pressure: capacity.Pressure{Nodes: s.Nodes, Pending: s.Pending},
+		Pressure: capacity.Pressure{Nodes: s.nodes(in.Pool, in.Policy.Offerings), Pending: s.Pending},
 		State:    s.State,
 	})
-	return Result{
-		Pool: pool, Policy: p.Name(), Time: s.Time,
+	res := Result{
+		Pool: in.Pool, Policy: p.Name(), Time: s.Time,
 		Previous: s.Desired, Desired: d.Desired, Changed: d.Desired != s.Desired,
 		Code: d.Reason.Code, Reason: d.Reason.String(),
 		TargetTracking: d.TargetTracking, Utilization: d.Utilization, Tide: d.Tide,
 		State: d.State,
-	}, nil
+	}
+	if s.Controller != nil {
+		pl, err := plan(in, &s, d)
+		if err != nil {
+			return Result{}, err
+		}
+		res.Controller = pl
+	}
+	return res, nil
 }

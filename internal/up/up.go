@@ -305,7 +305,7 @@ func startPool(ctx context.Context, pc config.Pool, cfg Config, h *head.Head, bo
 	}
 	ctl, err := controller.New(controller.Config{
 		Pool:              pc.Name,
-		Reconcile:         reconcile.Config{Nodes: pc.Nodes, ProtectFirstNode: pc.Scaling.ProtectFirstNode, ScaleDownDelay: scaleDownDelay(pcfg)},
+		Reconcile:         pc.ReconcileConfig(),
 		Offerings:         pc.Offerings,
 		Bootstrap:         boot,
 		ControllerID:      "tide-up",
@@ -357,15 +357,6 @@ func startPool(ctx context.Context, pc config.Pool, cfg Config, h *head.Head, bo
 	}
 	p.loop = loop
 	return p, nil
-}
-
-// scaleDownDelay turns on the reconciler's deletion marks for the policy
-// that scales down through them.
-func scaleDownDelay(c policy.Config) time.Duration {
-	if c.Policy == policy.Utilization {
-		return c.ScaleDownDelay
-	}
-	return 0
 }
 
 // shutdown drains the pools: every worker is stopped gracefully, then killed
