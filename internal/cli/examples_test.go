@@ -2,7 +2,9 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -66,5 +68,86 @@ func TestShippedExamples(t *testing.T) {
 				t.Fatalf("table: exit %d: %s", code, errs)
 			}
 		})
+	}
+}
+
+// TestShippedWalkthroughs replays every walkthrough of examples/decide/steps
+// (seed 000's sequence and reconciler rules, seed 001's scenarios A, B and C,
+// seed 002's scale-out and scale-in) with tide decide --steps. Every step
+// states its expected desired count, controller state and actions, which
+// decide checks (a mismatch exits 1); the config of X-Y.json is the longest
+// such prefix with a .yaml file.
+func TestShippedWalkthroughs(t *testing.T) {
+	dir := filepath.Join("..", "..", "examples", "decide", "steps")
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil || len(files) < 7 {
+		t.Fatalf("walkthroughs: %v (%d files)", err, len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			cfg := walkthroughConfig(t, f)
+			code, out, errs := run(t, "", "decide", "--config", cfg, "--steps", f, "-o", "json")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			var res []map[string]any
+			if err := json.Unmarshal([]byte(out), &res); err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var steps []map[string]any
+			if err := json.Unmarshal(data, &steps); err != nil {
+				t.Fatal(err)
+			}
+			if len(res) != len(steps) {
+				t.Fatalf("%d results for %d steps", len(res), len(steps))
+			}
+			for i, st := range steps {
+				exp, _ := st["expect"].(map[string]any)
+				if exp == nil || exp["actions"] == nil || exp["desired"] == nil {
+					t.Errorf("steps[%d] states no expected desired count and actions", i)
+				}
+			}
+			if code, _, errs := run(t, "", "decide", "--config", cfg, "--steps", f); code != 0 {
+				t.Fatalf("table: exit %d: %s", code, errs)
+			}
+		})
+	}
+}
+
+// TestWalkthroughMismatchFails makes sure a walkthrough can fail: a wrong
+// expectation exits 1 and names the step and what differs.
+func TestWalkthroughMismatchFails(t *testing.T) {
+	src := filepath.Join("..", "..", "examples", "decide", "steps", "seed000-sequence.json")
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(string(data), `"drain 5 4 3 2"`, `"drain 2 3 4 5"`, 1)
+	if bad == string(data) {
+		t.Fatal("the walkthrough no longer drains 5 4 3 2")
+	}
+	f := writeFile(t, t.TempDir(), "seq.json", bad)
+	code, _, errs := run(t, "", "decide", "--config", walkthroughConfig(t, src), "--steps", f)
+	if code != ExitError || !strings.Contains(errs, "steps[4]: expect: actions: got") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+}
+
+func walkthroughConfig(t *testing.T, f string) string {
+	t.Helper()
+	base := strings.TrimSuffix(f, ".json")
+	for {
+		if _, err := os.Stat(base + ".yaml"); err == nil {
+			return base + ".yaml"
+		}
+		i := strings.LastIndex(base, "-")
+		if i < 0 {
+			t.Fatalf("no config for %s", f)
+		}
+		base = base[:i]
 	}
 }

@@ -297,8 +297,7 @@ func plan(in Input, s *Snapshot, d policy.Decision) (*Plan, error) {
 		events = append(events, reconcile.Tick{})
 	}
 
-	out := &Plan{Ticked: ticks, NextTick: next, Before: before.String()}
-	terminated := map[int]bool{}
+	out := &Plan{Ticked: ticks, NextTick: next, Before: before.String(), Events: []string{}, Actions: []Action{}}
 	for _, ev := range events {
 		backoff := pool.View().Backoff
 		acts := pool.Step(s.Time, ev)
@@ -309,8 +308,17 @@ func plan(in Input, s *Snapshot, d policy.Decision) (*Plan, error) {
 			if p, ok := a.(reconcile.Provision); ok {
 				act.Offerings = offerings(in.Policy.Offerings, d, len(p.IDs))
 			}
-			if t, ok := a.(reconcile.Terminate); ok {
-				terminated[int(t.ID)] = true
+			// One line for a run of the same action with the same
+			// reason (victims drained in order, drains completed).
+			if n := len(out.Actions); n > 0 && len(act.Nodes) == 1 && act.Offerings == nil {
+				prev := &out.Actions[n-1]
+				if prev.Kind == act.Kind && prev.Reason == act.Reason && (prev.Event == act.Event || act.Kind == "terminate") {
+					if prev.Event != act.Event {
+						prev.Event += ", " + act.Event
+					}
+					prev.Nodes = append(prev.Nodes, act.Nodes...)
+					continue
+				}
 			}
 			out.Actions = append(out.Actions, act)
 		}
@@ -450,10 +458,19 @@ func waitsAfter(pool *reconcile.Pool, now, next time.Time, delay time.Duration) 
 	if len(v.Draining) > 0 {
 		out = append(out, Action{Kind: "wait", Nodes: ordinals(v.Draining), Reason: "draining: terminated once their work is done"})
 	}
+	// Marks due at the same time wait together.
+	var due time.Time
 	for _, id := range sortedMarks(v.Marks) {
-		if due := v.Marks[id].Add(delay); due.After(now) {
-			out = append(out, Action{Kind: "wait", Nodes: []int{int(id)}, Reason: "marked for deletion: drained at " + stamp(due) + " unless demand returns"})
+		at := v.Marks[id].Add(delay)
+		if !at.After(now) {
+			continue
 		}
+		if n := len(out); n > 0 && out[n-1].Kind == "wait" && at.Equal(due) && strings.HasPrefix(out[n-1].Reason, "marked") {
+			out[n-1].Nodes = append(out[n-1].Nodes, int(id))
+			continue
+		}
+		due = at
+		out = append(out, Action{Kind: "wait", Nodes: []int{int(id)}, Reason: "marked for deletion: drained at " + stamp(at) + " unless demand returns"})
 	}
 	return out
 }

@@ -142,7 +142,9 @@ func merge(carried Controller, step *Controller) *Controller {
 			continue
 		}
 		old := &c.Machines[i]
-		old.State, old.MarkedAt = m.State, m.MarkedAt
+		if m.State != "" {
+			old.State, old.MarkedAt = m.State, m.MarkedAt
+		}
 		if !m.Resources.IsZero() {
 			old.Resources = m.Resources
 		}
