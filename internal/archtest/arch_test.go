@@ -26,6 +26,7 @@ var purePackages = []string{
 	"internal/strictjson",
 	"internal/scheduler",
 	"internal/fleet",
+	"internal/validate",
 }
 
 // bannedImports are the I/O packages a pure package may not import

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // NodeSpec is a pool's node count specification (Skyward's Nodes): Min is the
@@ -56,6 +58,9 @@ func (s NodeSpec) Validate() error {
 	}
 	if s.Max < 0 {
 		errs = append(errs, fmt.Errorf("max: must not be negative, got %d", s.Max))
+	}
+	if s.Max > validate.MaxNodes || s.Min > validate.MaxNodes || s.Desired > validate.MaxNodes {
+		errs = append(errs, fmt.Errorf("max: at most %d nodes per pool, got %d", validate.MaxNodes, max(s.Max, s.Min, s.Desired)))
 	}
 	if s.Elastic {
 		if s.Max < 1 {

@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
+
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // Kind is how an offering is bought.
@@ -82,15 +83,9 @@ func (o Offering) Validate() error {
 	if o.Resources.IsZero() {
 		errs = append(errs, errors.New("resources: a node must provide some cpu, memory, gpus or extended resource"))
 	}
-	if o.PricePerHour < 0 || math.IsNaN(o.PricePerHour) || math.IsInf(o.PricePerHour, 0) {
-		errs = append(errs, fmt.Errorf("price: must be a finite non-negative number, got %v", o.PricePerHour))
-	}
-	if p := o.InterruptionProbability; p < 0 || p > 1 || math.IsNaN(p) {
-		errs = append(errs, fmt.Errorf("interruption_probability: must be within [0, 1], got %v", p))
-	}
-	if p := o.InterruptionPenalty; p < 0 || math.IsNaN(p) || math.IsInf(p, 0) {
-		errs = append(errs, fmt.Errorf("interruption_penalty: must be a finite non-negative number, got %v", p))
-	}
+	errs = append(errs, validate.Amount("price", o.PricePerHour),
+		validate.Probability("interruption_probability", o.InterruptionProbability),
+		validate.Amount("interruption_penalty", o.InterruptionPenalty))
 	return errors.Join(errs...)
 }
 

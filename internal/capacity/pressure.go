@@ -1,6 +1,10 @@
 package capacity
 
-import "time"
+import (
+	"time"
+
+	"github.com/tide-project/tide/internal/validate"
+)
 
 // Instance is one running unit of work as the autoscaler sees it: what it
 // requested and whether it is a daemon. Daemons run on every node and never
@@ -64,11 +68,12 @@ type Pressure struct {
 	Pending []Pending `json:"pending"`
 }
 
-// Queued returns the number of waiting instances.
+// Queued returns the number of waiting instances, saturated at
+// math.MaxInt (negative counts, which validation refuses, count as none).
 func (p *Pressure) Queued() int {
 	n := 0
 	for i := range p.Pending {
-		n += p.Pending[i].Count
+		n = validate.Add(n, max(p.Pending[i].Count, 0))
 	}
 	return n
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/strictjson"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // File is a whole configuration file.
@@ -168,6 +169,12 @@ var poolName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 // Parse decodes and validates a configuration; name (usually the file path)
 // prefixes every error. Errors are joined, so one run reports every problem.
 func Parse(name string, data []byte) (*File, error) {
+	if err := validate.Empty(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := validate.YAMLNumbers(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // Config is a pool's scaling configuration: its node spec, its offerings and
@@ -99,6 +100,8 @@ func (c *Config) Validate() error {
 		"min_unutilized_nodes": c.MinUnutilizedNodes, "headroom": c.Headroom} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %d", name, v))
+		} else if v > validate.MaxNodes {
+			errs = append(errs, fmt.Errorf("%s: must be at most %d, got %d", name, validate.MaxNodes, v))
 		}
 	}
 	if c.TargetCapacity < 1 || c.TargetCapacity > 100 {

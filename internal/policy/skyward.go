@@ -1,6 +1,10 @@
 package policy
 
-import "time"
+import (
+	"time"
+
+	"github.com/tide-project/tide/internal/validate"
+)
 
 // skywardLowUtilizationPercent is the inflight/capacity ratio, in percent,
 // below which skyward shrinks a busy but over-provisioned pool (seed 000).
@@ -38,7 +42,8 @@ const (
 // saw queued or inflight work (on the first call, with no LastBusy, the idle
 // period starts now).
 //
-// Decide never allocates. The seed's timer tick, which lets an idle pool
+// Decide never allocates, and its count arithmetic saturates (a queue of
+// math.MaxInt instances asks for max nodes, never a wrapped negative). The seed's timer tick, which lets an idle pool
 // shrink when no new report arrives, is the caller replaying the last
 // Pressure with a later Now.
 type skywardPolicy struct{ cfg Config }
@@ -57,7 +62,7 @@ func (p skywardPolicy) Decide(in Input) Decision {
 	inflight := in.Pressure.Inflight()
 	nodes := len(in.Pressure.Nodes)
 	slots := max(p.cfg.SlotsPerNode, 1)
-	capacity := nodes * slots
+	capacity := validate.Mul(nodes, slots)
 	current := spec.Clamp(in.Desired)
 
 	st := in.State
@@ -70,7 +75,7 @@ func (p skywardPolicy) Decide(in Input) Decision {
 	var reason Reason
 	switch idle := in.Now.Sub(st.LastBusy); {
 	case queued > 0:
-		need := nodes + skywardCeilDiv(queued, slots)
+		need := validate.Add(nodes, validate.CeilDiv(queued, slots))
 		switch {
 		case need > spec.Max:
 			desired = spec.Max
@@ -91,8 +96,8 @@ func (p skywardPolicy) Decide(in Input) Decision {
 			code, format = CodeAtMin, skywardFmtIdleMin
 		}
 		reason = NewReason(code, format, int64(idle/time.Second), c, n, int64(spec.Min))
-	case inflight > 0 && capacity > 0 && inflight*100 < capacity*skywardLowUtilizationPercent:
-		desired = min(current, max(spec.Min, skywardCeilDiv(inflight, slots)+1))
+	case inflight > 0 && capacity > 0 && validate.Mul(inflight, 100) < validate.Mul(capacity, skywardLowUtilizationPercent):
+		desired = min(current, max(spec.Min, validate.CeilDiv(inflight, slots)+1))
 		switch {
 		case desired < current:
 			reason = NewReason(CodeScaleDown, skywardFmtLow, q, f, c, n)
@@ -119,9 +124,6 @@ func (p skywardPolicy) Decide(in Input) Decision {
 	}
 	return Decision{Desired: desired, Reason: reason, State: st}
 }
-
-// skywardCeilDiv returns ceil(a/b) for a ≥ 0 and b > 0.
-func skywardCeilDiv(a, b int) int { return (a + b - 1) / b }
 
 // skywardCeilSeconds returns d in whole seconds, rounded up.
 func skywardCeilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tide-project/tide/internal/binpack"
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // How target-tracking computed M (TargetTrackingFigures.Method).
@@ -132,7 +133,7 @@ func (p *targetTrackingPolicy) estimate(pr *capacity.Pressure, n int) ttEstimate
 	for _, g := range groups {
 		need, ok := p.groupNodes(g)
 		if !ok {
-			e.unfit += g.Count
+			e.unfit = validate.Add(e.unfit, g.Count)
 			continue
 		}
 		fitting++
@@ -146,14 +147,14 @@ func (p *targetTrackingPolicy) estimate(pr *capacity.Pressure, n int) ttEstimate
 		e.m, e.method = pr.BusyNodes(), MethodNoProvisioning
 		return e
 	case p.multiZone:
-		e.m, e.method = n+p.cfg.MinStep, MethodMinStepFallback
+		e.m, e.method = validate.Add(n, p.cfg.MinStep), MethodMinStepFallback
 		return e
 	case len(p.types) == 1:
 		e.method = MethodSingleType
 	default:
 		e.method = MethodMultiType
 	}
-	e.m = min(max(n+add, n+p.cfg.MinStep), n+p.cfg.MaxStep)
+	e.m = min(max(validate.Add(n, add), validate.Add(n, p.cfg.MinStep)), validate.Add(n, p.cfg.MaxStep))
 	return e
 }
 
@@ -162,21 +163,24 @@ func (p *targetTrackingPolicy) estimate(pr *capacity.Pressure, n int) ttEstimate
 // types that fit it. A group that fits none of the largest types but fits
 // another type (possible when no type is largest in every attribute) takes
 // the least count over the types it fits. ok is false when no type fits.
+//
+// A count of math.MaxInt is a legitimate answer (a saturated huge group), so
+// "no type fits yet" is ok, never a sentinel value.
 func (p *targetTrackingPolicy) groupNodes(g capacity.Pending) (n int, ok bool) {
 	best := math.MaxInt
 	for _, i := range p.largest {
 		if c, fit := binpack.NodesFor(g.Requests, g.Count, p.types[i]); fit {
-			best = min(best, c)
+			best, ok = min(best, c), true
 		}
 	}
-	if best == math.MaxInt {
+	if !ok {
 		for _, t := range p.types {
 			if c, fit := binpack.NodesFor(g.Requests, g.Count, t); fit {
-				best = min(best, c)
+				best, ok = min(best, c), true
 			}
 		}
 	}
-	if best == math.MaxInt {
+	if !ok {
 		return 0, false
 	}
 	return best, true
@@ -210,7 +214,7 @@ func ttGroups(pending []capacity.Pending) []capacity.Pending {
 			}
 		}
 		if j >= 0 {
-			merged[j].Count += g.Count
+			merged[j].Count = validate.Add(merged[j].Count, g.Count)
 		} else {
 			merged = append(merged, g)
 		}
@@ -226,7 +230,7 @@ type ttMetric struct{ num, den int64 }
 func ttReservation(m, n int) ttMetric {
 	switch {
 	case n > 0:
-		return ttMetric{num: 100 * int64(m), den: int64(n)}
+		return ttMetric{num: validate.Mul64(100, int64(m)), den: int64(n)}
 	case m == 0:
 		return ttMetric{num: 100, den: 1}
 	default:
@@ -249,7 +253,9 @@ func (r ttMetric) cmpTarget(t int) int { return cmp.Compare(r.num, int64(t)*r.de
 // M/N'×100 ≤ T (the metric at or below target is preferred), since
 // N × (100M/N) = 100M = num; with N = 0 the metric is 100 or 200 (den = 1)
 // and max(N,1) × metric = num as well.
-func (r ttMetric) desired(t int) int { return int((r.num + int64(t) - 1) / int64(t)) }
+// The division is exact and cannot overflow (a saturated num gives a count
+// far above any pool's max, which the caller clamps).
+func (r ttMetric) desired(t int) int { return validate.CeilDiv(int(r.num), t) }
 
 // Decide evaluates one datapoint.
 func (p *targetTrackingPolicy) Decide(in Input) Decision {

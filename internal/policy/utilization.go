@@ -1,6 +1,9 @@
 package policy
 
-import "github.com/tide-project/tide/internal/deletion"
+import (
+	"github.com/tide-project/tide/internal/deletion"
+	"github.com/tide-project/tide/internal/validate"
+)
 
 // Reason formats of the utilization policy.
 const (
@@ -59,23 +62,23 @@ func (p utilizationPolicy) Decide(in Input) Decision {
 	var total, used, largest int64
 	for i := range nodes {
 		n := &nodes[i]
-		total += n.Resources.GPUs
+		total = validate.Add64(total, max(n.Resources.GPUs, 0))
 		largest = max(largest, n.Resources.GPUs)
 		for j := range n.Running {
 			if !n.Running[j].Daemon {
-				used += n.Running[j].Requests.GPUs
+				used = validate.Add64(used, max(n.Running[j].Requests.GPUs, 0))
 			}
 		}
 	}
 	var pending int64
 	for _, pd := range in.Pressure.Pending {
-		pending += int64(pd.Count) * pd.Requests.GPUs
+		pending = validate.Add64(pending, validate.Mul64(int64(max(pd.Count, 0)), max(pd.Requests.GPUs, 0)))
 	}
 	var percent float64
 	var percentInt int64
 	if total > 0 {
 		percent = float64(used) * 100 / float64(total)
-		percentInt = used * 100 / total
+		percentInt = validate.Mul64(used, 100) / total
 	}
 	minUtil := int64(p.cfg.MinUtilization)
 
@@ -85,8 +88,8 @@ func (p utilizationPolicy) Decide(in Input) Decision {
 	case pending > 0:
 		gpn := p.newNodeGPUs(largest)
 		if gpn > 0 {
-			needed := (pending + gpn - 1) / gpn
-			target = current + int(needed)
+			needed := int64(validate.CeilDiv(int(pending), int(gpn)))
+			target = validate.Add(current, int(needed))
 			reason = NewReason(CodeScaleUp, utilFmtScaleUp, pending, needed, gpn, int64(current))
 		} else {
 			target = current + 1
@@ -94,9 +97,10 @@ func (p utilizationPolicy) Decide(in Input) Decision {
 		}
 	case total == 0:
 		reason = NewReason(CodeSteady, utilFmtNoGPUs, int64(current))
-	case used*100 < total*minUtil:
-		// ceil(used / (total/current × minUtil/100)) in integers.
-		want := int((used*100*int64(current) + total*minUtil - 1) / (total * minUtil))
+	case validate.Mul64(used, 100) < validate.Mul64(total, minUtil):
+		// ceil(used / (total/current × minUtil/100)) in integers, with a
+		// 128-bit product so that no pool size can overflow it.
+		want := int(validate.MulDivCeil(validate.Mul64(used, 100), int64(current), validate.Mul64(total, minUtil)))
 		busy := in.Pressure.BusyNodes()
 		floor := busy + p.cfg.MinUnutilizedNodes
 		target = min(max(want, floor), current)
