@@ -3,7 +3,7 @@
 // pressure report the scheduler publishes for a pool.
 //
 // It has no I/O and no clock; every other package may import it, and it
-// imports nothing of tide's.
+// imports nothing of tide's but internal/validate (the rules for numbers).
 package capacity
 
 import (

@@ -7,9 +7,11 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -114,6 +116,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		if err != nil {
 			return fmt.Errorf("want a duration like 30s or a number of seconds, got %s", b)
 		}
+		if max := time.Duration(math.MaxInt64).Seconds(); f > max {
+			return fmt.Errorf("must be at most %.0f seconds, got %s", max, b)
+		}
 		v = time.Duration(f * float64(time.Second))
 	}
 	if v < 0 {
@@ -178,6 +183,12 @@ func Parse(name string, data []byte) (*File, error) {
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	switch t := bytes.TrimSpace(js); {
+	case string(t) == "null":
+		return nil, fmt.Errorf("%s: %w (no YAML content, only comments or blank lines)", name, validate.ErrEmpty)
+	case len(t) > 0 && t[0] != '{':
+		return nil, fmt.Errorf("%s: want a mapping with a pools: list at the top level", name)
 	}
 	var raw struct {
 		Pools []json.RawMessage `json:"pools"`

@@ -11,6 +11,7 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // Machine states a snapshot's controller view may state.
@@ -145,13 +146,9 @@ func (c *Controller) validate(where string) []error {
 		if (m.State == MachineMarked) != !m.MarkedAt.IsZero() {
 			errs = append(errs, fmt.Errorf("%s.marked_at: set exactly when the state is marked", at))
 		}
-		if m.Resources.Negative() {
-			errs = append(errs, fmt.Errorf("%s.resources: must not be negative", at))
-		}
+		errs = append(errs, resources(at+".resources", m.Resources))
 		for j, in := range m.Running {
-			if in.Requests.Negative() {
-				errs = append(errs, fmt.Errorf("%s.running[%d].requests: must not be negative", at, j))
-			}
+			errs = append(errs, resources(fmt.Sprintf("%s.running[%d].requests", at, j), in.Requests))
 		}
 	}
 	if p := c.Provision; p != nil {
@@ -191,7 +188,7 @@ func (c *Controller) validate(where string) []error {
 }
 
 // maxOrdinal bounds node ordinals: no pool has more nodes than this.
-const maxOrdinal = 1 << 20
+const maxOrdinal = validate.MaxNodes
 
 // plan runs one controller step of the live reconciler (internal/reconcile)
 // on the snapshot's controller view after the policy decided d.

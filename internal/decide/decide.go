@@ -27,6 +27,7 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // Snapshot is the input of one decision.
@@ -98,15 +99,16 @@ func Parse(data []byte) (Snapshot, error) {
 	return s, s.Validate()
 }
 
-// Validate checks the snapshot's values; errors name the field.
+// Validate checks the snapshot's values; errors name the field. Counts may
+// be as large as an int holds (the policies' arithmetic saturates), but no
+// count is negative and no node or request is larger than any machine
+// (validate.MaxCores, MaxMemoryMB, MaxGPUs).
 func (s *Snapshot) Validate() error {
 	var errs []error
 	if s.Time.IsZero() {
 		errs = append(errs, errors.New("snapshot: time: must be set (RFC 3339, e.g. 2026-01-01T00:00:00Z)"))
 	}
-	if s.Desired < 0 {
-		errs = append(errs, fmt.Errorf("snapshot: desired: must not be negative, got %d", s.Desired))
-	}
+	errs = append(errs, validate.NonNegative("snapshot: desired", s.Desired))
 	ids := map[string]bool{}
 	ordinals := map[int]bool{}
 	for i, n := range s.Nodes {
@@ -117,31 +119,76 @@ func (s *Snapshot) Validate() error {
 			errs = append(errs, fmt.Errorf("%s.id: duplicate node id %q", where, n.ID))
 		}
 		ids[n.ID] = true
-		if n.Ordinal < 0 {
-			errs = append(errs, fmt.Errorf("%s.ordinal: must not be negative, got %d", where, n.Ordinal))
+		if err := validate.NonNegative(where+".ordinal", n.Ordinal); err != nil {
+			errs = append(errs, err)
+		} else if n.Ordinal > validate.MaxNodes {
+			errs = append(errs, fmt.Errorf("%s.ordinal: must be at most %d, got %d", where, validate.MaxNodes, n.Ordinal))
 		} else if ordinals[n.Ordinal] {
 			errs = append(errs, fmt.Errorf("%s.ordinal: duplicate ordinal %d", where, n.Ordinal))
 		}
 		ordinals[n.Ordinal] = true
-		if !n.Allocated().Fits(n.Resources) {
+		errs = append(errs, resources(where+".resources", n.Resources))
+		for j, in := range n.Running {
+			errs = append(errs, resources(fmt.Sprintf("%s.running[%d].requests", where, j), in.Requests))
+		}
+		if !fits(n) {
 			errs = append(errs, fmt.Errorf("%s.running: requests %v exceed the node's resources %v", where, n.Allocated(), n.Resources))
 		}
 	}
 	for i, p := range s.Pending {
-		if p.Count < 0 {
-			errs = append(errs, fmt.Errorf("snapshot: pending[%d].count: must not be negative, got %d", i, p.Count))
-		}
+		errs = append(errs, validate.NonNegative(fmt.Sprintf("snapshot: pending[%d].count", i), p.Count),
+			resources(fmt.Sprintf("snapshot: pending[%d].requests", i), p.Requests))
 		if p.Requests.IsZero() {
 			errs = append(errs, fmt.Errorf("snapshot: pending[%d].requests: must request some resource", i))
 		}
 	}
-	if s.State.LowDatapoints < 0 {
-		errs = append(errs, fmt.Errorf("snapshot: state.low_datapoints: must not be negative, got %d", s.State.LowDatapoints))
-	}
+	errs = append(errs, validate.NonNegative("snapshot: state.low_datapoints", s.State.LowDatapoints))
 	if s.Controller != nil {
 		errs = append(errs, s.Controller.validate("snapshot: controller")...)
 	}
 	return errors.Join(errs...)
+}
+
+// resources refuses negative amounts and amounts no machine has.
+func resources(field string, r capacity.Resources) error {
+	if r.Negative() {
+		return fmt.Errorf("%s: must not be negative", field)
+	}
+	var errs []error
+	if r.MilliCPU > validate.MaxCores*1000 {
+		errs = append(errs, fmt.Errorf("%s.cpu: must be at most %d cores, got %s", field, validate.MaxCores, capacity.FormatCPU(r.MilliCPU)))
+	}
+	if r.Memory > validate.MaxMemoryMB<<20 {
+		errs = append(errs, fmt.Errorf("%s.memory: must be at most %d MB, got %s", field, int64(validate.MaxMemoryMB), capacity.FormatBytes(r.Memory)))
+	}
+	errs = append(errs, validate.Between(field+".gpus", r.GPUs, 0, validate.MaxGPUs))
+	for _, k := range r.ExtendedNames() {
+		errs = append(errs, validate.Between(field+".extended."+k, r.Extended[k], 0, validate.MaxGPUs))
+	}
+	return errors.Join(errs...)
+}
+
+// fits reports whether the node's instances fit its resources, summing with
+// saturation so that many large requests cannot wrap into a small one.
+func fits(n capacity.Node) bool {
+	var cpu, mem, gpus int64
+	ext := map[string]int64{}
+	for _, in := range n.Running {
+		r := in.Requests
+		cpu, mem, gpus = validate.Add64(cpu, r.MilliCPU), validate.Add64(mem, r.Memory), validate.Add64(gpus, r.GPUs)
+		for k, v := range r.Extended {
+			ext[k] = validate.Add64(ext[k], v)
+		}
+	}
+	if cpu > n.Resources.MilliCPU || mem > n.Resources.Memory || gpus > n.Resources.GPUs {
+		return false
+	}
+	for k, v := range ext {
+		if v > n.Resources.Extended[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // nodes returns the scheduler's nodes: the snapshot's, or else the joined

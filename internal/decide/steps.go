@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/strictjson"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // Step is one snapshot of a sequence (tide decide --steps): Name says where
@@ -205,12 +206,7 @@ func (a Action) Short() string {
 }
 
 // checkEmpty refuses an empty (or blank) input with a clear message.
-func checkEmpty(data []byte) error {
-	if len(strings.TrimSpace(string(data))) == 0 {
-		return errors.New("is empty")
-	}
-	return nil
-}
+func checkEmpty(data []byte) error { return validate.Empty(data) }
 
 // decodeSnapshot decodes strictly, with a hint for malformed times.
 func decodeSnapshot(data []byte, s *Snapshot) error {

@@ -3,8 +3,9 @@ package fleet
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
+
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // ClusterCapacityNeeds is one cluster's full roll-up of what it needs (BigFleet
@@ -55,16 +56,9 @@ func (n *ClusterCapacityNeeds) Validate(cat *Catalog) error {
 				cat.ProfileName(need.Profile), j))
 		}
 		seen[need.Profile] = i
-		if need.Count < 0 {
-			errs = append(errs, fmt.Errorf("%s.count: must not be negative, got %d", field, need.Count))
-		}
-		if need.Priority < 0 {
-			errs = append(errs, fmt.Errorf("%s.priority: must not be negative, got %d", field, need.Priority))
-		}
-		if p := need.InterruptionPenalty; p < 0 || math.IsNaN(p) || math.IsInf(p, 0) {
-			errs = append(errs, fmt.Errorf("%s.interruption_penalty: must be a finite non-negative number, got %v",
-				field, p))
-		}
+		errs = append(errs, validate.NonNegative(field+".count", need.Count),
+			validate.NonNegative(field+".priority", need.Priority),
+			validate.Amount(field+".interruption_penalty", need.InterruptionPenalty))
 		if need.DrainTime < 0 {
 			errs = append(errs, fmt.Errorf("%s.drain_time: must not be negative, got %s", field, need.DrainTime))
 		}

@@ -3,6 +3,8 @@ package fleet
 import (
 	"cmp"
 	"slices"
+
+	"github.com/tide-project/tide/internal/validate"
 )
 
 type sfKey struct {
@@ -29,7 +31,9 @@ func (s *Shard) updateShortfalls() {
 		A := &s.allocs[a]
 		k := sfKey{A.profile, A.topology != "", A.priority}
 		agg := s.sfAgg[k]
-		agg.count += A.deficit()
+		// Saturated: many clusters short of one profile must not wrap
+		// into a negative (ignored) shortfall.
+		agg.count = validate.Add32(agg.count, A.deficit())
 		agg.penalty = max(agg.penalty, A.penalty)
 		s.sfAgg[k] = agg
 	}
