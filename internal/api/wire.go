@@ -2,11 +2,13 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/store"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // TimeFormat is SQLite's datetime('now') layout, UTC without zone, as PyLet
@@ -31,6 +33,27 @@ type ResourcesOut struct {
 // ResourcesFrom converts tide resources to PyLet's units.
 func ResourcesFrom(r capacity.Resources) ResourcesOut {
 	return ResourcesOut{CPUCores: float64(r.MilliCPU) / 1000, GPUUnits: r.GPUs, MemoryMB: r.Memory >> 20}
+}
+
+// Validate refuses amounts that cannot be meant (negative, NaN, infinite,
+// past any machine: internal/validate's limits); errors name the field
+// under prefix, e.g. "resource_requirements.memory_mb". ToResources cannot
+// overflow on a validated spec.
+func (s *ResourceSpec) Validate(prefix string) error {
+	if s == nil {
+		return nil
+	}
+	var errs []error
+	if s.CPUCores != nil {
+		errs = append(errs, validate.Cores(prefix+".cpu_cores", *s.CPUCores))
+	}
+	if s.GPUUnits != nil {
+		errs = append(errs, validate.GPUs(prefix+".gpu_units", *s.GPUUnits))
+	}
+	if s.MemoryMB != nil {
+		errs = append(errs, validate.MemoryMB(prefix+".memory_mb", float64(*s.MemoryMB)))
+	}
+	return errors.Join(errs...)
 }
 
 // ToResources converts PyLet's units to tide's, applying defaults for

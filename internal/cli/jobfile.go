@@ -12,6 +12,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // JobFile is a parsed TOML job file (PyLet's `submit -c job.toml`, every
@@ -64,6 +65,9 @@ var (
 // string values (os.LookupEnv in the CLI); variables it does not know are
 // left as written. Errors name the field; unknown keys are errors.
 func ParseJobFile(data []byte, lookup func(string) (string, bool)) (*JobFile, error) {
+	if err := validate.Empty(data); err != nil {
+		return nil, err
+	}
 	var raw map[string]any
 	if err := toml.Unmarshal(data, &raw); err != nil {
 		var de *toml.DecodeError
@@ -240,8 +244,11 @@ func (p jobParser) resources(job *JobFile, v any) error {
 			job.CPUCores, err = parseCores(field, v)
 		case "gpus":
 			n, ok := v.(int64)
-			if !ok || n < 0 || n > 1<<20 {
+			if !ok {
 				return fmt.Errorf("%s: want a non-negative integer, got %v", field, v)
+			}
+			if err := validate.GPUs(field, n); err != nil {
+				return err
 			}
 			job.GPUs = &n
 		case "memory":
@@ -294,8 +301,8 @@ func parseCores(field string, v any) (*float64, error) {
 	default:
 		return nil, fmt.Errorf("%s: want a number of cores, got %s", field, typeName(v))
 	}
-	if math.IsNaN(c) || c < 0 || c > 1<<20 {
-		return nil, fmt.Errorf("%s: must be between 0 and %d cores, got %v", field, 1<<20, v)
+	if err := validate.Cores(field, c); err != nil {
+		return nil, err
 	}
 	return &c, nil
 }
@@ -331,8 +338,8 @@ func parseMemoryMB(field string, v any) (*int64, error) {
 	default:
 		return nil, fmt.Errorf("%s: want a size like 512 (MB) or \"4Gi\", got %s", field, typeName(v))
 	}
-	if math.IsNaN(mb) || mb < 0 || mb > 1<<40 {
-		return nil, fmt.Errorf("%s: must be between 0 and %d MB, got %v", field, int64(1)<<40, v)
+	if err := validate.MemoryMB(field, mb); err != nil {
+		return nil, err
 	}
 	n := int64(math.Ceil(mb))
 	return &n, nil

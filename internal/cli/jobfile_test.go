@@ -76,6 +76,11 @@ func TestParseJobFileErrorsNameTheField(t *testing.T) {
 		{"replicas out of range", "command='x'\nreplicas = 0", "replicas: must be between 1 and 1000"},
 		{"resources not a table", "command='x'\nresources = 3", "resources: want a table"},
 		{"syntax error has a position", "command = 'x\n", "line 1"},
+		{"empty file", " \n", "is empty"},
+		{"nan cpus", "command='x'\n[resources]\ncpus = nan", "resources.cpus: must be a finite number, got NaN"},
+		{"inf memory", "command='x'\n[resources]\nmemory = inf", "resources.memory: must be a finite number, got +Inf"},
+		{"memory past any machine", "command='x'\n[resources]\nmemory = '9999999Ti'", "resources.memory: must be at most 1099511627776 MB"},
+		{"gpus past any machine", "command='x'\n[resources]\ngpus = 9223372036854775807", "resources.gpus: must be at most 1048576 GPUs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

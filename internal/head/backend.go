@@ -45,10 +45,10 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 	if cmd == "" {
 		return nil, bad("command must not be empty")
 	}
-	res := req.ResourceRequirements.ToResources(1, 0, 512)
-	if res.MilliCPU < 0 || res.Memory < 0 || res.GPUs < 0 {
-		return nil, bad("resource_requirements must not be negative")
+	if err := req.ResourceRequirements.Validate("resource_requirements"); err != nil {
+		return nil, bad("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
+	res := req.ResourceRequirements.ToResources(1, 0, 512)
 	var target *store.Worker
 	if req.TargetWorker != nil && *req.TargetWorker != "" {
 		w, err := h.st.GetWorker(ctx, *req.TargetWorker)
@@ -232,10 +232,10 @@ func (h *Head) RegisterWorker(ctx context.Context, req *api.RegisterRequest) (st
 	if len(req.WorkerID) > maxNameLen || strings.ContainsAny(req.WorkerID, "/?#%") {
 		return "", bad("worker_id %q must be at most %d characters without '/', '?', '#' or '%%'", req.WorkerID, maxNameLen)
 	}
-	res := req.Resources.ToResources(4, 0, 4096)
-	if res.MilliCPU < 0 || res.Memory < 0 || res.GPUs < 0 {
-		return "", bad("resources must not be negative")
+	if err := req.Resources.Validate("resources"); err != nil {
+		return "", bad("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
+	res := req.Resources.ToResources(4, 0, 4096)
 	logPort := req.LogPort
 	if logPort == 0 {
 		logPort = DefaultLogPort

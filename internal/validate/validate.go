@@ -91,26 +91,25 @@ func Probability(field string, v float64) error {
 
 // Cores refuses a CPU core count that is not finite or not within
 // [0, MaxCores].
-func Cores(field string, v float64) error {
-	if !(v >= 0 && v <= MaxCores) {
-		return fmt.Errorf("%s: must be between 0 and %d cores, got %v", field, MaxCores, v)
-	}
-	return nil
-}
+func Cores(field string, v float64) error { return within(field, v, MaxCores, "cores") }
 
 // MemoryMB refuses a memory size in MB that is not finite or not within
 // [0, MaxMemoryMB].
-func MemoryMB(field string, v float64) error {
-	if !(v >= 0 && v <= MaxMemoryMB) {
-		return fmt.Errorf("%s: must be between 0 and %d MB, got %v", field, int64(MaxMemoryMB), v)
-	}
-	return nil
-}
+func MemoryMB(field string, v float64) error { return within(field, v, MaxMemoryMB, "MB") }
 
 // GPUs refuses a GPU count outside [0, MaxGPUs].
-func GPUs(field string, v int64) error {
-	if v < 0 || v > MaxGPUs {
-		return fmt.Errorf("%s: must be between 0 and %d GPUs, got %d", field, MaxGPUs, v)
+func GPUs(field string, v int64) error { return within(field, float64(v), MaxGPUs, "GPUs") }
+
+// within refuses v unless it is a finite number within [0, hi]; the message
+// says which rule v breaks.
+func within(field string, v, hi float64, unit string) error {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return fmt.Errorf("%s: must be a finite number, got %v", field, v)
+	case v < 0:
+		return fmt.Errorf("%s: must not be negative, got %v", field, v)
+	case v > hi:
+		return fmt.Errorf("%s: must be at most %.0f %s, got %v", field, hi, unit, v)
 	}
 	return nil
 }
