@@ -67,9 +67,9 @@ See docs/decide.md for the format. Use --snapshot - to read standard input.`,
 			if err != nil {
 				return badInput(fmt.Errorf("%s: %w", snapPath, err))
 			}
-			res, err := decide.Decide(in, snap)
+			res, err := safeDecide(in, snap)
 			if err != nil {
-				return badInput(fmt.Errorf("%s: pool %q: %w", cfgPath, p.Name, err))
+				return decideError(fmt.Errorf("%s: pool %q: %w", cfgPath, p.Name, err))
 			}
 			if output == "json" {
 				enc := json.NewEncoder(s.Out)
@@ -89,15 +89,50 @@ See docs/decide.md for the format. Use --snapshot - to read standard input.`,
 	return cmd
 }
 
+// safeDecide is decide.Decide with a guard: whatever the input, a person
+// sees one line naming the bug, never a stack trace.
+func safeDecide(in decide.Input, s decide.Snapshot) (res decide.Result, err error) {
+	defer recoverBug(&err)
+	return decide.Decide(in, s)
+}
+
+// safeSteps is decide.RunSteps with the same guard.
+func safeSteps(in decide.Input, steps []decide.Step) (res []decide.StepResult, err error) {
+	defer recoverBug(&err)
+	return decide.RunSteps(in, steps)
+}
+
+// bugError is a panic turned into an error: not the input's fault (exit 1).
+type bugError struct{ v any }
+
+func (e bugError) Error() string {
+	return fmt.Sprintf("internal error while deciding (a bug in tide; please report it with the snapshot): %v", e.v)
+}
+
+func recoverBug(err *error) {
+	if r := recover(); r != nil {
+		*err = bugError{r}
+	}
+}
+
+// decideError is an input error (exit 2) unless err is a bug (exit 1).
+func decideError(err error) error {
+	var b bugError
+	if errors.As(err, &b) {
+		return b
+	}
+	return badInput(err)
+}
+
 // runSteps replays a steps file or directory and prints every decision.
 func runSteps(s Streams, in decide.Input, cfgPath, path, output string) error {
 	steps, err := readSteps(path)
 	if err != nil {
 		return badInput(err)
 	}
-	res, err := decide.RunSteps(in, steps)
+	res, err := safeSteps(in, steps)
 	if err != nil {
-		return badInput(fmt.Errorf("%s: pool %q: %w", cfgPath, in.Pool, err))
+		return decideError(fmt.Errorf("%s: pool %q: %w", cfgPath, in.Pool, err))
 	}
 	if output == "json" {
 		enc := json.NewEncoder(s.Out)

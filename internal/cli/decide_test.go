@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,6 +102,13 @@ func TestDecideBadInputExits2NamingTheField(t *testing.T) {
 		{"missing time", []string{"--config", cfg, "--snapshot", snapWith(`"time": "2026-01-01T00:00:00Z",`, ``)}, "time: must be set"},
 		{"over capacity", []string{"--config", cfg, "--snapshot", snapWith(`"running": [{"requests": {"cpu": "1"}}]}`, `"running": [{"requests": {"cpu": "3"}}]}`)}, "nodes[0].running: requests"},
 		{"not json", []string{"--config", cfg, "--snapshot", writeFile(t, dir, "bad.json", "{")}, "snapshot"},
+		{"empty snapshot", []string{"--config", cfg, "--snapshot", writeFile(t, dir, "empty.json", " \n")}, "empty.json: is empty"},
+		{"empty config", []string{"--config", writeFile(t, dir, "empty.yaml", ""), "--snapshot", good}, "empty.yaml: is empty"},
+		{"nan price", []string{"--config", writeFile(t, dir, "nan.yaml", "pools:\n  - name: a\n    provider: {type: sim}\n    nodes: [0, 4]\n    offerings: [{type: c8, cpu: 8, price: .nan}]\n"), "--snapshot", good}, "nan.yaml: pools[0].offerings[0].price: must be a finite number, got .nan"},
+		{"count past int", []string{"--config", cfg, "--snapshot", snapWith(`"count": 12`, `"count": 1e30`)}, "pending.count: want int"},
+		{"bad machine state", []string{"--config", cfg, "--snapshot", snapWith(`"desired": 4`, `"desired": 4, "controller": {"machines": [{"ordinal": 0, "state": "up"}]}`)}, "controller.machines[0].state: want one of"},
+		{"empty steps", []string{"--config", cfg, "--steps", writeFile(t, dir, "steps.json", "[]")}, "steps.json: holds no steps"},
+		{"both inputs", []string{"--config", cfg, "--snapshot", good, "--steps", good}, "give exactly one of --snapshot and --steps"},
 		{"missing snapshot file", []string{"--config", cfg, "--snapshot", filepath.Join(dir, "nope.json")}, "reading snapshot"},
 		{"missing config file", []string{"--config", filepath.Join(dir, "nope.yaml"), "--snapshot", good}, "reading config"},
 		{"bad output", []string{"--config", cfg, "--snapshot", good, "-o", "xml"}, "-o: want table or json"},
@@ -128,5 +136,19 @@ func TestDecideBadInputExits2NamingTheField(t *testing.T) {
 func TestUnknownCommandExits2(t *testing.T) {
 	if code, _, errs := run(t, "", "frobnicate"); code != ExitUsage || !strings.Contains(errs, "unknown command") {
 		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+}
+
+// TestDecideBugIsOneLine: a panic while deciding is a bug in tide, reported
+// in one line with exit 1, never a stack trace.
+func TestDecideBugIsOneLine(t *testing.T) {
+	err := func() (err error) {
+		defer recoverBug(&err)
+		panic("boom")
+	}()
+	err = decideError(err)
+	var ie inputError
+	if err == nil || errors.As(err, &ie) || !strings.Contains(err.Error(), "internal error while deciding") || strings.Contains(err.Error(), "goroutine") {
+		t.Fatalf("err = %v", err)
 	}
 }

@@ -110,6 +110,19 @@ func TestPropertyExactCounts(t *testing.T) {
 					more.Pressure.Pending = append(more.Pressure.Pending, capacity.Pending{
 						Requests: capacity.Resources{MilliCPU: 1000, GPUs: 1}, Count: exactCounts[1+rng.IntN(len(exactCounts)-1)]})
 				}
+				// No decision reads a negative count: a group of -n (which
+				// validation refuses) weighs as much as no group at all.
+				if len(in.Pressure.Pending) > 0 {
+					neg, zero := in, in
+					neg.Pressure.Pending = append([]capacity.Pending(nil), in.Pressure.Pending...)
+					zero.Pressure.Pending = append([]capacity.Pending(nil), in.Pressure.Pending...)
+					i := rng.IntN(len(neg.Pressure.Pending))
+					neg.Pressure.Pending[i].Count = -1 - rng.IntN(math.MaxInt-1)
+					zero.Pressure.Pending[i].Count = 0
+					if dn, dz := p.Decide(neg), p.Decide(zero); dn.Desired != dz.Desired || dn.Reason.String() != dz.Reason.String() {
+						t.Fatalf("trial %d: a negative count decides %d (%s), a zero one %d (%s)", trial, dn.Desired, dn.Reason, dz.Desired, dz.Reason)
+					}
+				}
 				dm := p.Decide(more)
 				check("more", more, dm)
 				if dm.Desired < d.Desired {
