@@ -143,3 +143,49 @@ func checkPlan(t *testing.T, s *Snapshot, in Input, p *Plan) {
 		t.Fatalf("next tick %s is not after the step %s", p.NextTick, s.Time)
 	}
 }
+
+// FuzzSteps replays a fuzzed step after a valid first one (seeded with the
+// shipped walkthroughs): a refused step is named in the error, and every
+// decided step keeps desired within the bounds and leaves a valid view.
+func FuzzSteps(f *testing.F) {
+	files, _ := filepath.Glob("../../examples/decide/steps/*.json")
+	for _, name := range files {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		steps, err := SplitSteps(name, data)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, st := range steps[1:] {
+			f.Add(st.Data)
+		}
+	}
+	f.Add([]byte(`{"time": "2026-01-01T00:00:20Z", "controller": {"provision": {"outcome": "some", "created": [9]}}}`))
+	f.Add([]byte(`{"time": "2025-01-01T00:00:00Z"}`))
+	nodes := capacity.Elastic(1, 8)
+	in := Input{Pool: "fuzz", Policy: policy.Config{Policy: policy.Skyward, Nodes: nodes, SlotsPerNode: 2},
+		Reconcile: reconcile.Config{Nodes: nodes, ProtectFirstNode: true}, Interval: 15 * time.Second}
+	first := Step{Name: "first", Data: []byte(controllerSnapshot)}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		res, err := RunSteps(in, []Step{first, {Name: "second", Data: data}})
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "second: ") {
+				t.Fatalf("error does not name the step: %q", err)
+			}
+			return
+		}
+		for _, r := range res {
+			if r.Desired < nodes.Min || r.Desired > nodes.Max {
+				t.Fatalf("%s: desired %d outside %s", r.Name, r.Desired, nodes)
+			}
+			if r.Controller == nil {
+				t.Fatalf("%s: the controller view was lost", r.Name)
+			}
+			if err := errors.Join(r.Controller.View.validate("view")...); err != nil {
+				t.Fatalf("%s: invalid view: %v", r.Name, err)
+			}
+		}
+	})
+}

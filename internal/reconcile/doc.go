@@ -9,6 +9,10 @@
 // reporting their outcomes back as Events. Notes explain non-decisions to
 // people: clamps, refusals, blocked drains, failures and when they are retried.
 //
+// Restore builds a Pool in a stated View (and Pool.View returns it), so a
+// what-if tool (internal/decide, tide decide) runs Step of this same state
+// machine on a pool described by a snapshot, step after step.
+//
 // # Model
 //
 // Nodes are ordinals (NodeID). The pool tracks
