@@ -105,7 +105,7 @@ func TestDecideBadInputExits2NamingTheField(t *testing.T) {
 		{"empty snapshot", []string{"--config", cfg, "--snapshot", writeFile(t, dir, "empty.json", " \n")}, "empty.json: is empty"},
 		{"empty config", []string{"--config", writeFile(t, dir, "empty.yaml", ""), "--snapshot", good}, "empty.yaml: is empty"},
 		{"nan price", []string{"--config", writeFile(t, dir, "nan.yaml", "pools:\n  - name: a\n    provider: {type: sim}\n    nodes: [0, 4]\n    offerings: [{type: c8, cpu: 8, price: .nan}]\n"), "--snapshot", good}, "nan.yaml: pools[0].offerings[0].price: must be a finite number, got .nan"},
-		{"count past int", []string{"--config", cfg, "--snapshot", snapWith(`"count": 12`, `"count": 1e30`)}, "pending.count: want int"},
+		{"count past int", []string{"--config", cfg, "--snapshot", snapWith(`"count": 12`, `"count": 1e30`)}, "pending[0].count: want int, got number 1e30"},
 		{"bad machine state", []string{"--config", cfg, "--snapshot", snapWith(`"desired": 4`, `"desired": 4, "controller": {"machines": [{"ordinal": 0, "state": "up"}]}`)}, "controller.machines[0].state: want one of"},
 		{"empty steps", []string{"--config", cfg, "--steps", writeFile(t, dir, "steps.json", "[]")}, "steps.json: holds no steps"},
 		{"both inputs", []string{"--config", cfg, "--snapshot", good, "--steps", good}, "give exactly one of --snapshot and --steps"},

@@ -41,6 +41,9 @@ func Clean(err error) error {
 	if errors.As(err, &te) && te.Field != "" {
 		return fmt.Errorf("%s: want %s, got %s", te.Field, te.Type, te.Value)
 	}
+	if errors.As(err, &te) {
+		return fmt.Errorf("want %s, got %s", te.Type, te.Value)
+	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return fmt.Errorf("%s: unknown field", strings.Trim(f, `"`))
 	}
@@ -49,11 +52,10 @@ func Clean(err error) error {
 
 // locate finds the field of data (decoded as type t) that produced err by
 // decoding its parts one at a time, and returns err prefixed with its path.
+//
+// A type error is located by the same walk, so its path carries the indices
+// encoding/json leaves out (pending[2].count, not pending.count).
 func locate(data []byte, t reflect.Type, err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return Clean(err)
-	}
 	if reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
 		return Clean(err) // the type speaks for itself
 	}

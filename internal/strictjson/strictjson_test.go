@@ -24,7 +24,7 @@ func TestDecodeNamesTheField(t *testing.T) {
 		{`{"name": 1}`, "name: want string, got number"},
 		{`{"colour": 1}`, "colour: unknown field"},
 		{`{"pending": [{"count": 1}, {"requests": {"cpu": "lots"}}]}`, `pending[1].requests.cpu: invalid quantity "lots"`},
-		{`{"pending": [{"count": "x"}]}`, "pending.count: want int, got string"},
+		{`{"pending": [{"count": "x"}]}`, "pending[0].count: want int, got string"},
 		{`{"pending": [{"requests": {"cpus": 1}}]}`, "pending[0].requests.cpus: unknown field"},
 		{`{"nodes": {"min": 4, "desired": 9}}`, "nodes.desired: 9 is above min 4"},
 		{`{"ptr": {"requests": {"memory": "4GB"}}}`, "ptr.requests.memory: invalid quantity"},
