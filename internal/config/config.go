@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"regexp"
@@ -162,12 +163,24 @@ func (f *File) Pool(name string) (*Pool, bool) {
 
 // Load reads and validates the configuration file at path.
 func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
 	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d MiB: not a tide configuration", path, maxFileSize>>20)
+	}
 	return Parse(path, data)
 }
+
+// maxFileSize bounds what Load reads, so that no file, however large, can
+// exhaust memory.
+const maxFileSize = 16 << 20
 
 var poolName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
