@@ -191,3 +191,40 @@ func TestStepsDirectory(t *testing.T) {
 		t.Errorf("empty dir: exit %d, %s", code, errs)
 	}
 }
+
+// TestDocsDecideExamples runs the two examples of docs/decide.md so that the
+// document cannot drift from the code: the one-step snapshot (its printed
+// actions must appear in the document) and the steps file (its expect holds).
+func TestDocsDecideExamples(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "decide.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	for rest := string(doc); ; {
+		_, after, ok := strings.Cut(rest, "```json\n")
+		if !ok {
+			break
+		}
+		block, tail, _ := strings.Cut(after, "```")
+		blocks, rest = append(blocks, block), tail
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("docs/decide.md has %d JSON examples, want 2", len(blocks))
+	}
+	steps := filepath.Join("..", "..", "examples", "decide", "steps")
+	dir := t.TempDir()
+	code, out, errs := run(t, "", "decide", "--config", filepath.Join(steps, "seed000-rules.yaml"),
+		"--snapshot", writeFile(t, dir, "one.json", blocks[0]))
+	if code != 0 {
+		t.Fatalf("one step: exit %d: %s", code, errs)
+	}
+	_, actions, _ := strings.Cut(out, "actions:\n")
+	if actions == "" || !strings.Contains(string(doc), actions) {
+		t.Errorf("docs/decide.md does not show the actions the example prints:\n%s", actions)
+	}
+	if code, _, errs := run(t, "", "decide", "--config", filepath.Join(steps, "seed000-fixed.yaml"),
+		"--steps", writeFile(t, dir, "steps.json", blocks[1])); code != 0 {
+		t.Fatalf("steps: exit %d: %s", code, errs)
+	}
+}
