@@ -28,10 +28,12 @@ import (
 	"github.com/tide-project/tide/internal/fleet"
 	"github.com/tide-project/tide/internal/fleet/coord"
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
+	"github.com/tide-project/tide/internal/fleet/fleetpb"
 	"github.com/tide-project/tide/internal/fleet/shardctl"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/strictjson"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // EnvFleet names the environment variable with the fleet API's address.
@@ -473,8 +475,14 @@ Sent to the coordinator, a new cluster is assigned to a shard for good.`,
 			if err != nil {
 				return badInput(err)
 			}
+			if err := validate.Empty(data); err != nil {
+				return badInput(fmt.Errorf("%s: %w", file, err))
+			}
 			var needs fleetv1.ClusterCapacityNeeds
 			if err := protojson.Unmarshal(data, &needs); err != nil {
+				return badInput(fmt.Errorf("%s: %w", file, err))
+			}
+			if err := fleetpb.CheckNeeds(&needs); err != nil {
 				return badInput(fmt.Errorf("%s: %w", file, err))
 			}
 			return fc.call(cmd.Context(), func(ctx context.Context, cl fleetv1.FleetClient) error {

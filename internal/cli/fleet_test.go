@@ -125,6 +125,14 @@ func TestFleetCommandErrors(t *testing.T) {
 			"fleet API at 127.0.0.1:1"},
 		{"needs file", []string{"fleet", "needs", "--file", writeFile(t, dir, "n.json", `{"cluster": 3}`)}, ExitUsage,
 			"n.json"},
+		{"empty needs", []string{"fleet", "needs", "--fleet", "127.0.0.1:1", "--file", writeFile(t, dir, "e.json", "\n")}, ExitUsage,
+			"e.json: is empty"},
+		{"nan penalty", []string{"fleet", "needs", "--fleet", "127.0.0.1:1", "--file", writeFile(t, dir, "nan.json",
+			`{"cluster": "c", "needs": [{"profile": "gpu", "count": 1, "interruption_penalty": "NaN"}]}`)}, ExitUsage,
+			"nan.json: needs[0].interruption_penalty: must be a finite non-negative number, got NaN"},
+		{"negative count", []string{"fleet", "needs", "--fleet", "127.0.0.1:1", "--file", writeFile(t, dir, "neg.json",
+			`{"cluster": "c", "needs": [{"profile": "gpu", "count": -4, "drain_time_ms": "9223372036854775807"}]}`)}, ExitUsage,
+			"neg.json: needs[0].count: must not be negative, got -4"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

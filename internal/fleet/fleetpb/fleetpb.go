@@ -6,15 +6,39 @@ package fleetpb
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tide-project/tide/api/fleetv1"
 	"github.com/tide-project/tide/internal/fleet"
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // MaxBootstrap bounds the bootstrap blob a cluster sends with its needs.
 const MaxBootstrap = 16 << 10
+
+// maxDrainTimeMs is the longest drain time a need may state: what a
+// time.Duration holds in milliseconds (a longer one would wrap negative).
+const maxDrainTimeMs = int64(math.MaxInt64 / time.Millisecond)
+
+// CheckNeeds refuses the numbers of a ClusterCapacityNeeds message that
+// cannot be meant, without a catalog (a client checks its file before
+// sending it): negative counts and priorities, a NaN, infinite or negative
+// interruption penalty, a drain time out of range. Errors name the field;
+// the fleet applies the same rules (internal/validate) when it converts the
+// message.
+func CheckNeeds(m *fleetv1.ClusterCapacityNeeds) error {
+	var errs []error
+	for i, n := range m.GetNeeds() {
+		field := fmt.Sprintf("needs[%d]", i)
+		errs = append(errs, validate.NonNegative(field+".count", n.GetCount()),
+			validate.NonNegative(field+".priority", n.GetPriority()),
+			validate.Amount(field+".interruption_penalty", n.GetInterruptionPenalty()),
+			validate.Between(field+".drain_time_ms", n.GetDrainTimeMs(), 0, maxDrainTimeMs))
+	}
+	return errors.Join(errs...)
+}
 
 // Needs converts a ClusterCapacityNeeds message for the cluster with id
 // cluster and validates it against the catalog.
@@ -34,8 +58,8 @@ func Needs(cat *fleet.Catalog, cluster fleet.ClusterID, m *fleetv1.ClusterCapaci
 			errs = append(errs, fmt.Errorf("needs[%d].profile: unknown profile %q", i, n.GetProfile()))
 			continue
 		}
-		if n.GetDrainTimeMs() < 0 {
-			errs = append(errs, fmt.Errorf("needs[%d].drain_time_ms: must not be negative", i))
+		if err := validate.Between(fmt.Sprintf("needs[%d].drain_time_ms", i), n.GetDrainTimeMs(), 0, maxDrainTimeMs); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		out.Needs = append(out.Needs, fleet.Need{Profile: p, Count: n.GetCount(), Priority: n.GetPriority(),

@@ -1,6 +1,7 @@
 package fleetpb_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +51,25 @@ func TestNeeds(t *testing.T) {
 	if _, err := fleetpb.Needs(cat, 9, &fleetv1.ClusterCapacityNeeds{Cluster: "c",
 		Bootstrap: make([]byte, fleetpb.MaxBootstrap+1)}); err == nil || !strings.Contains(err.Error(), "needs.bootstrap") {
 		t.Errorf("oversized bootstrap: %v", err)
+	}
+}
+
+// TestCheckNeeds: the numbers of a needs message follow internal/validate's
+// rules; a drain time past what a time.Duration holds is refused instead of
+// wrapping into a negative (or small) duration.
+func TestCheckNeeds(t *testing.T) {
+	m := &fleetv1.ClusterCapacityNeeds{Cluster: "c", Needs: []*fleetv1.Need{
+		{Profile: "gpu", Count: 2, Priority: 1, InterruptionPenalty: 3, DrainTimeMs: 1000},
+		{Profile: "gpu", Count: -1, Priority: -1, InterruptionPenalty: math.Inf(1), DrainTimeMs: math.MaxInt64},
+	}}
+	err := fleetpb.CheckNeeds(m)
+	for _, want := range []string{"needs[1].count: must not be negative", "needs[1].priority: must not be negative",
+		"needs[1].interruption_penalty: must be a finite non-negative number, got +Inf", "needs[1].drain_time_ms: must be between 0 and"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckNeeds = %v, want %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "needs[0]") {
+		t.Errorf("CheckNeeds refused a good need: %v", err)
 	}
 }
