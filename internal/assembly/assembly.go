@@ -382,13 +382,15 @@ func route(pools []config.Pool, labels map[string]string, req capacity.Resources
 func (a *Assembly) status() []head.PoolStatus {
 	a.mu.Lock()
 	pools := make([]*pool, 0, len(a.order))
+	retiring := make([]bool, 0, len(a.order))
 	for _, name := range a.order {
 		pools = append(pools, a.pools[name])
+		retiring = append(retiring, a.pools[name].retiring)
 	}
 	a.mu.Unlock()
 	out := make([]head.PoolStatus, 0, len(pools))
-	for _, p := range pools {
-		out = append(out, p.status())
+	for i, p := range pools {
+		out = append(out, p.status(retiring[i]))
 	}
 	return out
 }

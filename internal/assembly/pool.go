@@ -267,12 +267,12 @@ func (p *pool) releaseMachines(ctx context.Context, busy func(machine string) bo
 		return
 	}
 	p.ctl.SetBounds(capacity.Fixed(0))
-	for _, n := range p.ctl.Status().Nodes {
-		if n.Joined {
+	for ctx.Err() == nil {
+		// The loop that reported busy nodes is stopped: say it here, for
+		// every node (one not yet seen joined gets it once it joins).
+		for _, n := range p.ctl.Status().Nodes {
 			p.ctl.ReportBusy(n.ID, busy(n.MachineID))
 		}
-	}
-	for ctx.Err() == nil {
 		if err := p.ctl.Tick(ctx); err != nil {
 			return
 		}
@@ -287,13 +287,14 @@ func (p *pool) releaseMachines(ctx context.Context, busy func(machine string) bo
 	}
 }
 
-// status is the pool as `tide pools` and `tide nodes` show it.
-func (p *pool) status() head.PoolStatus {
+// status is the pool as `tide pools` and `tide nodes` show it; retiring is
+// read under Assembly.mu by the caller.
+func (p *pool) status(retiring bool) head.PoolStatus {
 	cs, as := p.ctl.Status(), p.loop.Status()
 	ps := head.PoolStatus{Name: p.cfg.Name, Provider: p.cfg.Provider.Type, Policy: p.pol.Name(), Nodes: p.cfg.Nodes,
 		Desired: cs.Desired, Ready: cs.Current, Pending: cs.Pending, Draining: cs.Draining,
 		Reason: as.Reason, DecidedAt: as.At}
-	if p.retiring {
+	if retiring {
 		ps.Nodes = capacity.Fixed(0)
 		ps.Reason = "removed from the config: draining its nodes"
 	}

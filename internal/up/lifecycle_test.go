@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -153,5 +154,135 @@ func TestBadConfigCreatesNoDataDir(t *testing.T) {
 	}
 	if _, serr := os.Stat(data); !errors.Is(serr, os.ErrNotExist) {
 		t.Errorf("the refused start left %s behind (stat: %v); error was %v", data, serr, err)
+	}
+}
+
+// startIdlePoolProcess runs `tide up` as a process on idlePool under dir.
+func startIdlePoolProcess(t *testing.T, dir string) (*upProcess, *running) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "tide.yaml"), []byte(idlePool), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startUpProcess(t, dir, freePort(t))
+}
+
+// waiter returns a channel that receives the process's exit.
+func (p *upProcess) waiter() <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	return done
+}
+
+// exitWithin waits up to d for the process to exit.
+func exitWithin(done <-chan error, d time.Duration) (error, bool) {
+	select {
+	case err := <-done:
+		return err, true
+	case <-time.After(d):
+		return nil, false
+	}
+}
+
+// TestCtrlCOnTheProcess: SIGINT to a real `tide up` process records the
+// running instance CANCELLED before the process exits 0, with nothing of
+// the pool left running.
+func TestCtrlCOnTheProcess(t *testing.T) {
+	dir := t.TempDir()
+	p, r := startIdlePoolProcess(t, dir)
+	ids := r.submit(1, "sleep 600", 1, nil)
+	r.eventually("the instance runs", 60*time.Second, func() (bool, string) {
+		st := r.statuses(ids)
+		return st["RUNNING"] == 1, fmt.Sprint(st)
+	})
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	// sleep stops at SIGTERM: the drain takes well under the 30s grace
+	// period and the 30s shutdown timeout.
+	err, ok := exitWithin(p.waiter(), 20*time.Second)
+	t.Logf("tide up exited %v after Ctrl-C", time.Since(sent).Round(time.Millisecond))
+	if b, _ := os.ReadFile(filepath.Join(dir, "up.log")); testing.Verbose() {
+		t.Logf("tide up's log:\n%s", b)
+	}
+	if !ok {
+		t.Fatal("tide up did not exit within 20s of Ctrl-C")
+	}
+	if err != nil {
+		b, _ := os.ReadFile(filepath.Join(dir, "up.log"))
+		t.Fatalf("tide up exited with %v after Ctrl-C\n%s", err, b)
+	}
+	st, err := store.Open(context.Background(), filepath.Join(dir, "data", "tide.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	in, err := st.GetInstance(context.Background(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Status != store.StatusCancelled {
+		t.Errorf("after Ctrl-C the instance is %s %s, want CANCELLED", in.Status, in.FailureReason)
+	}
+	if n := markedProcesses(t, filepath.Join(dir, "data"), "idle"); n != 0 {
+		t.Errorf("%d processes of the pool left running", n)
+	}
+}
+
+// TestSecondCtrlCExitsAtOnce: while the first Ctrl-C waits for an instance
+// that ignores SIGTERM (its grace period is 30s), a second Ctrl-C ends tide
+// up at once.
+func TestSecondCtrlCExitsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	p, r := startIdlePoolProcess(t, dir)
+	t.Cleanup(func() { killMarked(t, filepath.Join(dir, "data"), "idle") })
+	ids := r.submit(1, `trap "" TERM; sleep 600`, 1, nil)
+	r.eventually("the instance runs", 60*time.Second, func() (bool, string) {
+		st := r.statuses(ids)
+		return st["RUNNING"] == 1, fmt.Sprint(st)
+	})
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	done := p.waiter()
+	if _, exited := exitWithin(done, 2*time.Second); exited {
+		t.Fatal("tide up exited on the first Ctrl-C without waiting for the instance's grace period")
+	}
+	second := time.Now()
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if _, exited := exitWithin(done, 5*time.Second); !exited {
+		t.Fatal("tide up still runs 5s after a second Ctrl-C")
+	}
+	t.Logf("exited %v after the second Ctrl-C", time.Since(second).Round(time.Millisecond))
+}
+
+// killMarked kills every process of the pool's local machines under
+// dataDir (what a second Ctrl-C leaves for the next start to adopt).
+func killMarked(t *testing.T, dataDir, pool string) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "machines", pool, "provider.json"))
+	if err != nil {
+		return
+	}
+	var uid string
+	if i := strings.Index(string(b), `"uid"`); i >= 0 {
+		if f := strings.Split(string(b[i+len(`"uid"`):]), `"`); len(f) > 1 {
+			uid = f[1]
+		}
+	}
+	if uid == "" {
+		return
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !strings.Contains(string(env), "TIDE_LOCAL_MACHINE="+uid+"/") {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
