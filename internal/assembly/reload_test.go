@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -193,6 +195,17 @@ func TestReloadAddsChangesAndRemovesPools(t *testing.T) {
 	for _, p := range ps {
 		if p.Name == "keep" && (p.NodeSpec == nil || p.NodeSpec.Max != 5 || !p.NodeSpec.Elastic) {
 			t.Errorf("the changed pool shows bounds %+v, want [2, 5]", p.NodeSpec)
+		}
+	}
+	resp, err := http.Get("http://" + ta.a.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`tide_pool_desired_nodes{pool="new"} 1`, `tide_pool_desired_nodes{pool="keep"} 2`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics has no %s", want)
 		}
 	}
 	var reasons []string
