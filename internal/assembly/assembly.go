@@ -195,10 +195,10 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 	for i, pc := range pools {
 		p, err := a.newPool(ctx, pc, builds[i], nil)
 		if err != nil {
-			a.closeEarly()
 			for _, q := range a.pools {
-				q.shutdown(context.Background(), a.log)
+				q.release() // nothing ran: leave their machines to the next start
 			}
+			a.closeEarly()
 			return nil, fmt.Errorf("%s: pool %q: %w", source, pc.Name, err)
 		}
 		a.pools[pc.Name] = p

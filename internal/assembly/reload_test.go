@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -333,5 +334,74 @@ func TestNewRefusesUnknownProviderBeforeTouchingTheDataDir(t *testing.T) {
 	}
 	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the refused start created %s", data)
+	}
+}
+
+// TestReloadKeepsLocalWorkers: a local pool whose offerings change (its
+// provider is reopened on the same state) keeps its machine and the very
+// worker process serving it.
+func TestReloadKeepsLocalWorkers(t *testing.T) {
+	localPool := func(price string) string {
+		return fmt.Sprintf(`  - name: loc
+    provider: {type: local}
+    nodes: 1
+    offerings:
+      - {type: l1, cpu: 1, memory: 512Mi, price: %s}
+    scaling: {reconcile_interval: 300ms}
+`, price)
+	}
+	dir := t.TempDir()
+	ta := &testAssembly{t: t, dir: dir, path: filepath.Join(dir, "pools.yaml"), done: make(chan error, 1)}
+	ta.write(localPool("0.1"))
+	a, err := New(context.Background(), Config{ConfigPath: ta.path, Binary: tideBin,
+		Head: head.Config{DataDir: filepath.Join(dir, "data"), Port: freePort(t), SchedulerInterval: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta.a = a
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { ta.done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-ta.done:
+		case <-time.After(60 * time.Second):
+			t.Error("the assembly did not stop within 60s")
+		}
+	})
+	if ta.cl, err = client.New("http://"+a.Addr().String(), "", nil); err != nil {
+		t.Fatal(err)
+	}
+	workers := func() map[string]string { // machine -> worker pid
+		out := map[string]string{}
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			args := strings.Split(string(b), "\x00")
+			if err != nil || len(args) < 2 || args[1] != "worker" || !strings.Contains(string(b), dir) {
+				continue
+			}
+			for i, a := range args {
+				if a == "--name" && i+1 < len(args) {
+					out[args[i+1]] = e.Name()
+				}
+			}
+		}
+		return out
+	}
+	ta.eventually("the local worker joins", func() (bool, string) {
+		return len(ta.machines("loc")) == 1 && len(workers()) == 1, fmt.Sprint(ta.machines("loc"), workers())
+	})
+	before := workers()
+	if err := a.Reload(ta.load(localPool("0.2"))); err != nil {
+		t.Fatal(err)
+	}
+	ta.eventually("the pool runs on its new offering", func() (bool, string) {
+		ps, err := ta.cl.Pools(context.Background())
+		return err == nil && len(ps) > 0 && ps[0].Ready == 1, fmt.Sprint(ps)
+	})
+	time.Sleep(time.Second) // a few reconcile ticks: a replaced worker would show
+	if after := workers(); !reflect.DeepEqual(before, after) {
+		t.Errorf("workers (machine: pid) went from %v to %v; a changed pool keeps its machines", before, after)
 	}
 }
