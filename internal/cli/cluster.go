@@ -38,9 +38,10 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 
 func newHeadCmd(s Streams) *cobra.Command {
 	var (
-		cfg      head.Config
-		addr     string
-		logLevel string
+		cfg        head.Config
+		addr       string
+		logLevel   string
+		configPath string
 	)
 	cmd := &cobra.Command{
 		Use:   "head",
@@ -49,7 +50,13 @@ func newHeadCmd(s Streams) *cobra.Command {
 liveness and the long-poll heartbeat that workers hold, with the state in SQLite
 under --data-dir. It listens on 127.0.0.1:8000 unless told otherwise; listening
 beyond loopback needs a token (--token, or $TIDE_TOKEN) or --insecure.
-Workers join with --join-token ($TIDE_JOIN_TOKEN), or the admin token.`,
+Workers join with --join-token ($TIDE_JOIN_TOKEN), or the admin token.
+
+With --config FILE the head also runs the pools of FILE (the YAML of tide up
+--config): one autoscaler per pool, the same code tide up runs. SIGHUP re-reads
+FILE: new pools start, changed pools keep their machines, removed pools drain
+and release theirs; a file that fails validation is refused as a whole and the
+running pools are untouched.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Port < 0 || cfg.Port > 65535 {
@@ -77,6 +84,9 @@ Workers join with --join-token ($TIDE_JOIN_TOKEN), or the admin token.`,
 				scheme = "https"
 			}
 			cfg.OnListen = func(a net.Addr) { fmt.Fprintf(s.Err, "tide head listening on %s://%s\n", scheme, a) }
+			if configPath != "" {
+				return runHeadPools(cmd.Context(), s.Err, configPath, cfg)
+			}
 			if err := head.Run(cmd.Context(), cfg); err != nil {
 				if strings.HasPrefix(err.Error(), "head config:") {
 					return badInput(err)
@@ -103,6 +113,7 @@ Workers join with --join-token ($TIDE_JOIN_TOKEN), or the admin token.`,
 	f.DurationVar(&cfg.SchedulerInterval, "scheduler-interval", 2*time.Second, "scheduling pass period when nothing changes")
 	f.DurationVar(&cfg.DefaultGracePeriod, "grace-period", 30*time.Second, "default SIGTERM→SIGKILL grace period of a cancel")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&configPath, "config", "", "pools configuration (YAML) to autoscale; re-read on SIGHUP")
 	return cmd
 }
 

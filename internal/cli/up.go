@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -21,7 +24,13 @@ func newUpCmd(s Streams) *cobra.Command {
 each pool of --config (default: one pool of local workers of one CPU each, from 0 up
 to one per CPU) an autoscaler that starts and stops tide worker processes as work
 is submitted. Submit with 'tide submit', watch with 'tide pools', 'tide nodes' and
-'tide events -f'. Ctrl-C drains and stops everything it started.`,
+'tide events -f'. It is 'tide head --config' plus the default local pool: with
+--config, SIGHUP re-reads the file.
+
+Ctrl-C drains: the head stops placing work, running instances are cancelled
+with their grace period (SIGTERM, then SIGKILL) and recorded CANCELLED, the
+workers are drained and deleted, then tide up exits. A second Ctrl-C exits at
+once (workers left running are adopted by the next start).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			level := slog.LevelInfo
@@ -32,7 +41,13 @@ is submitted. Submit with 'tide submit', watch with 'tide pools', 'tide nodes' a
 			cfg.OnListen = func(a net.Addr) {
 				fmt.Fprintf(s.Out, "tide is up: head at http://%s (Ctrl-C to stop)\n", a)
 			}
-			return up.Run(cmd.Context(), cfg)
+			if cfg.ConfigPath != "" {
+				hup := make(chan os.Signal, 1)
+				signal.Notify(hup, syscall.SIGHUP)
+				defer signal.Stop(hup)
+				cfg.Reload = hup
+			}
+			return assemblyError(up.Run(cmd.Context(), cfg))
 		},
 	}
 	f := cmd.Flags()

@@ -84,14 +84,18 @@ func TestCordonKeepsNewWorkOffAndBusyIgnoresDaemons(t *testing.T) {
 	busy("a", false)
 	busy("nobody", false)
 
-	// The cordon is in the store: a restarted head keeps it.
+	// The cordon is in the store: a restarted head keeps it. The first head
+	// stops first: a data dir has one head at a time.
+	e.srv.Close()
+	e.h.Close()
 	e2 := openEnv(t, Config{DataDir: e.cfg.DataDir, Clock: e.clk, ReserveAfter: -1})
+	wl = e2.h.Workload()
 	e2.schedule()
 	if in := e2.instance(pinned); in.Status != "PENDING" {
 		t.Fatalf("after restart, pinned instance %s", in.Status)
 	}
 	e2.drainPoke()
-	if err := wl.Uncordon(ctx, controller.Node{MachineID: "a"}); err != nil { // through the first head
+	if err := wl.Uncordon(ctx, controller.Node{MachineID: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e2.h.Cordon(ctx, "a", false); err != nil { // idempotent
@@ -114,17 +118,17 @@ func TestCordonKeepsNewWorkOffAndBusyIgnoresDaemons(t *testing.T) {
 	if daemons != 1 || p.Inflight() != 1 {
 		t.Fatalf("pressure does not carry the daemon flag: %+v", p)
 	}
-	e.drainPoke()
-	if err := e.h.Cordon(ctx, "b", true); err != nil {
+	e2.drainPoke()
+	if err := e2.h.Cordon(ctx, "b", true); err != nil {
 		t.Fatal(err)
 	}
-	if len(e.h.poke) != 0 {
+	if len(e2.h.poke) != 0 {
 		t.Fatal("cordoning poked the scheduler")
 	}
-	if err := e.h.Cordon(ctx, "b", false); err != nil {
+	if err := e2.h.Cordon(ctx, "b", false); err != nil {
 		t.Fatal(err)
 	}
-	if len(e.h.poke) != 1 {
+	if len(e2.h.poke) != 1 {
 		t.Fatal("uncordoning did not poke the scheduler")
 	}
 	if _, err := wl.Busy(ctx, controller.Node{}); err == nil {

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,10 @@ type Head struct {
 	poke   chan struct{}
 	// inserts group-commits concurrent submits.
 	inserts *groupCommit
+
+	// lock holds the data dir (see lockDataDir); noPlacing is StopPlacing's.
+	lock      *os.File
+	noPlacing atomic.Bool
 
 	mu       sync.Mutex
 	pressure map[string]capacity.Pressure
@@ -104,28 +109,35 @@ func New(ctx context.Context, cfg Config) (*Head, error) {
 	if err != nil {
 		return nil, err
 	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.Open(ctx, cfg.dbPath(), store.Options{Durable: cfg.Durable, EventRetention: cfg.EventRetention})
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("start head: %w", err)
 	}
 	epoch, err := st.StartEpoch(ctx)
 	if err != nil {
 		st.Close()
+		lock.Close()
 		return nil, fmt.Errorf("start head: %w", err)
 	}
 	if epoch >= 1<<(63-genBits) {
 		st.Close()
+		lock.Close()
 		return nil, fmt.Errorf("start head: epoch %d overflows the wire generation", epoch)
 	}
-	h := &Head{cfg: cfg, st: st, clk: cfg.Clock, log: cfg.Logger, epoch: epoch, notify: newNotifier(),
+	h := &Head{cfg: cfg, st: st, lock: lock, clk: cfg.Clock, log: cfg.Logger, epoch: epoch, notify: newNotifier(),
 		evWake: newNotifier(), poke: make(chan struct{}, 1), inserts: &groupCommit{st: st}, m: newMetrics(cfg.Registry)}
 	h.SetPoolStatus(cfg.PoolStatus)
 	h.log.Info("head started", "epoch", epoch, "db", cfg.dbPath())
 	return h, nil
 }
 
-// Close closes the store.
-func (h *Head) Close() error { return h.st.Close() }
+// Close closes the store and releases the data dir.
+func (h *Head) Close() error { return errors.Join(h.st.Close(), h.lock.Close()) }
 
 // Store returns the head's store (for tests and tools in this module).
 func (h *Head) Store() *store.Store { return h.st }
@@ -218,6 +230,9 @@ func (h *Head) CheckLiveness(ctx context.Context) error {
 // ScheduleOnce runs one scheduling pass and returns how many instances it
 // assigned. It publishes the pressure report when it changed.
 func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
+	if h.noPlacing.Load() {
+		return 0, nil
+	}
 	start := time.Now()
 	now := h.clk.Now()
 	st, err := h.st.SchedulingState(ctx)

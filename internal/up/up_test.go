@@ -49,7 +49,13 @@ type running struct {
 
 func startUp(t *testing.T, poolYAML string) *running {
 	t.Helper()
-	dir := t.TempDir()
+	return startUpIn(t, t.TempDir(), poolYAML)
+}
+
+// startUpIn runs tide up with its config and data dir under dir; a second
+// run on the same dir is a restart.
+func startUpIn(t *testing.T, dir, poolYAML string) *running {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "tide.yaml")
 	if err := os.WriteFile(cfgPath, []byte(poolYAML), 0o600); err != nil {
 		t.Fatal(err)
@@ -264,8 +270,10 @@ func TestCtrlCDrainsEverything(t *testing.T) {
 	}
 }
 
-// workerPID returns the pid of the tide worker serving machine id.
-func workerPID(t *testing.T, machineID string) int {
+// workerPID returns the pid of the tide worker serving machine id under
+// dir: machine ids repeat across tests (and across checkouts tested at once
+// on one host), data dirs do not.
+func workerPID(t *testing.T, dir, machineID string) int {
 	t.Helper()
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -274,7 +282,7 @@ func workerPID(t *testing.T, machineID string) int {
 			continue
 		}
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 2 && args[1] == "worker" && slices.Contains(args, machineID) {
+		if len(args) > 2 && args[1] == "worker" && slices.Contains(args, machineID) && strings.Contains(string(cmdline), dir) {
 			var pid int
 			fmt.Sscan(e.Name(), &pid)
 			return pid
@@ -304,7 +312,7 @@ func TestNodeLoss(t *testing.T) {
 	if victim.AssignedTo == nil {
 		t.Fatal("the running instance has no worker")
 	}
-	pid := workerPID(t, *victim.AssignedTo)
+	pid := workerPID(t, r.dir, *victim.AssignedTo)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tide-project/tide/internal/assembly"
+	"github.com/tide-project/tide/internal/head"
+)
+
+// runHeadPools is `tide head --config FILE`: the head runs one pool
+// controller per pool of the file (the assembly `tide up` runs too), and
+// re-reads the file on SIGHUP.
+func runHeadPools(ctx context.Context, stderr io.Writer, path string, hc head.Config) error {
+	scheme := "http"
+	if hc.TLSCertFile != "" {
+		scheme = "https"
+	}
+	a, err := assembly.New(ctx, assembly.Config{
+		ConfigPath: path, Head: hc, Name: "tide head", ControllerID: "tide-head", Logger: hc.Logger,
+		Registry: hc.Registry,
+		OnListen: func(addr net.Addr) {
+			fmt.Fprintf(stderr, "tide head listening on %s://%s with the pools of %s (SIGHUP re-reads it)\n", scheme, addr, path)
+		},
+	})
+	if err != nil {
+		return assemblyError(err)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go a.ReloadOn(rctx, hup)
+	return a.Run(ctx)
+}
+
+// assemblyError marks a refused config or head setting as bad input.
+func assemblyError(err error) error {
+	var ce *assembly.ConfigError
+	if errors.As(err, &ce) {
+		return badInput(err)
+	}
+	return err
+}
