@@ -32,6 +32,15 @@ type Config struct {
 	Insecure bool
 	// TLSCertFile and TLSKeyFile enable HTTPS when both are set.
 	TLSCertFile, TLSKeyFile string
+	// CACertPEM is the CA certificate handed out in every bootstrap blob
+	// (what `--tls auto` created); empty: machines trust their system roots.
+	CACertPEM []byte
+	// AdvertiseURL is the head URL put in bootstrap blobs minted over the
+	// API; empty: the URL the admin's request reached.
+	AdvertiseURL string
+	// CredentialTTL is how long a machine's join credential stays good
+	// unused; once used it lasts until the machine is deleted. 30m.
+	CredentialTTL time.Duration
 	// Durable makes every SQLite commit fsync (survives power loss).
 	Durable bool
 
@@ -125,11 +134,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	def(&cfg.ReserveAfter, 60*time.Second)
 	def(&cfg.LogProxyTimeout, 30*time.Second)
 	def(&cfg.EventFollowMax, time.Hour)
+	def(&cfg.CredentialTTL, DefaultCredentialTTL)
 	for name, d := range map[string]time.Duration{"poll_timeout": cfg.PollTimeout, "suspect_after": cfg.SuspectAfter,
 		"offline_after": cfg.OfflineAfter, "liveness_interval": cfg.LivenessInterval,
 		"scheduler_interval": cfg.SchedulerInterval, "default_grace_period": cfg.DefaultGracePeriod,
 		"max_grace_period": cfg.MaxGracePeriod, "log_proxy_timeout": cfg.LogProxyTimeout,
-		"event_follow_max": cfg.EventFollowMax} {
+		"event_follow_max": cfg.EventFollowMax, "credential_ttl": cfg.CredentialTTL} {
 		if d < 0 {
 			return cfg, fmt.Errorf("head config: %s must be positive, got %s", name, d)
 		}

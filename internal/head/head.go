@@ -135,9 +135,10 @@ func (h *Head) Epoch() int64 { return h.epoch }
 
 // Handler returns the HTTP API.
 func (h *Head) Handler() http.Handler {
-	opts := api.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log}
+	opts := api.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log, MachineAuth: h.authMachine,
+		Extra: map[string]http.Handler{"POST /bootstrap": http.HandlerFunc(h.serveBootstrap)}}
 	if h.cfg.Registry != nil {
-		opts.Extra = map[string]http.Handler{"GET /metrics": promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})}
+		opts.Extra["GET /metrics"] = promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})
 	}
 	return api.NewHandler(h, opts)
 }

@@ -26,7 +26,7 @@ func TestParseBootstrapErrors(t *testing.T) {
 	}{
 		{"empty", ``, "bootstrap: EOF"},
 		{"not json", `head=x`, "bootstrap: invalid character"},
-		{"unknown field", `{"version":1,"head":"http://h","token":"t","ca":"x"}`, `unknown field "ca"`},
+		{"unknown field", `{"version":1,"head":"http://h","token":"t","cert":"x"}`, `unknown field "cert"`},
 		{"old version", `{"version":0,"head":"http://h","token":"t"}`, "bootstrap version: got 0, want 1"},
 		{"no head", `{"version":1,"token":"t"}`, "bootstrap head: must be set"},
 		{"bad scheme", `{"version":1,"head":"ftp://h","token":"t"}`, "bootstrap head: \"ftp://h\" is not an http"},
