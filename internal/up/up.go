@@ -54,6 +54,18 @@ type Config struct {
 	DataDir string
 	// Port is the head's port on 127.0.0.1 (8000 when zero).
 	Port int
+	// Addr, when set, is the head's listen address (host:port) instead:
+	// beyond loopback it needs Token. A netns pool needs the head on its
+	// bridge's gateway or on every address.
+	Addr string
+	// Token is the admin token the API requires; none when empty.
+	Token string
+	// TLS "auto" serves HTTPS with a CA and certificate kept under
+	// DataDir/tls (see package tlsauto); TLSCertFile and TLSKeyFile serve
+	// HTTPS with hand-made ones. TLSSANs are extra names for "auto".
+	TLS                     string
+	TLSCertFile, TLSKeyFile string
+	TLSSANs                 []string
 	// Binary is the tide executable the workers run (this process's when empty).
 	Binary string
 	// Logger receives logs; discarded when nil.
@@ -97,7 +109,6 @@ type pool struct {
 	pol  policy.Policy
 	ctl  *controller.Controller
 	loop *autoscale.Pool
-	prov *local.Provider
 }
 
 // Run runs the head and the pools until ctx ends, then drains and stops
@@ -135,12 +146,37 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	addr := cfg.Addr
+	if addr == "" {
+		addr = fmt.Sprintf("127.0.0.1:%d", cmp.Or(cfg.Port, 8000))
+	}
+	if err := checkExposure(addr, cfg.Token); err != nil {
+		return err
+	}
+
+	// The providers first: a netns pool's bridge is an address the head
+	// may listen on and its certificate names.
+	var provs []poolProvider
+	defer func() {
+		shutdown(provs, cmp.Or(cfg.ShutdownTimeout, 30*time.Second), log)
+	}()
+	for _, pc := range pools {
+		pp, err := newProvider(pc, cfg, log)
+		if err != nil {
+			return err
+		}
+		provs = append(provs, pp)
+	}
 
 	// The head: its scheduler's pressure goes to each pool's loop.
 	var byName sync.Map // pool name -> *pool, filled before the head schedules
 	hc := cfg.Head
 	hc.DataDir, hc.Port, hc.JoinToken, hc.Registry, hc.Logger = cfg.DataDir, cmp.Or(cfg.Port, 8000), token, cfg.Registry, log.With("component", "head")
 	hc.Addr = ""
+	hc.Token = cfg.Token
+	if err := upTLS(&hc, cfg, addr, provs); err != nil {
+		return err
+	}
 	hc.OnPressure = func(reports map[string]capacity.Pressure) {
 		// A pool absent from the report has no worker and nothing queued: it
 		// observes an empty report rather than keep replaying its last one.
@@ -155,24 +191,33 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer h.Close()
-	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", hc.Port))
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("up: listen on 127.0.0.1:%d: %w (is another head running? use --port)", hc.Port, err)
+		return fmt.Errorf("up: listen on %s: %w (is another head running? use --port)", addr, err)
 	}
-	headURL := "http://" + ln.Addr().String()
-	boot, err := provider.Bootstrap{Head: headURL, Token: token}.Marshal()
-	if err != nil {
-		return err
+	scheme := "http"
+	if hc.TLSCertFile != "" {
+		scheme = "https"
 	}
+	headURL := scheme + "://" + ln.Addr().String()
 
-	// The pools.
+	// The pools. Each machine gets its own blob with a credential scoped to
+	// it (see joining); the controller's blob only names the head.
 	var running []*pool
-	defer func() {
-		shutdown(running, cmp.Or(cfg.ShutdownTimeout, 30*time.Second), log)
-	}()
-	for _, pc := range pools {
-		p, err := startPool(ctx, pc, cfg, h, boot, log)
+	for i, pc := range pools {
+		url, err := headURLFor(provs[i], scheme, ln.Addr())
 		if err != nil {
+			ln.Close()
+			return err
+		}
+		boot, err := provider.Bootstrap{Head: url, Token: "minted-per-machine"}.Marshal()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		p, err := startPool(ctx, pc, cfg, h, joining{Provider: provs[i].prov, head: h, headURL: url}, boot, log)
+		if err != nil {
+			ln.Close()
 			return err
 		}
 		running = append(running, p)
@@ -226,8 +271,8 @@ func loadPools(path string) ([]config.Pool, error) {
 		return nil, err
 	}
 	for _, p := range f.Pools {
-		if p.Provider.Type != "local" {
-			return nil, fmt.Errorf("%s: pool %q: provider.type: tide up runs local pools only, got %q", path, p.Name, p.Provider.Type)
+		if p.Provider.Type != "local" && p.Provider.Type != "netns" {
+			return nil, fmt.Errorf("%s: pool %q: provider.type: tide up runs local and netns pools, got %q", path, p.Name, p.Provider.Type)
 		}
 	}
 	return f.Pools, nil
@@ -276,28 +321,18 @@ func route(pools []config.Pool, labels map[string]string, req capacity.Resources
 	return ""
 }
 
-func startPool(ctx context.Context, pc config.Pool, cfg Config, h *head.Head, boot []byte, log *slog.Logger) (*pool, error) {
+func startPool(ctx context.Context, pc config.Pool, cfg Config, h *head.Head, prov provider.Provider, boot []byte, log *slog.Logger) (*pool, error) {
 	plog := log.With("pool", pc.Name)
 	pcfg := pc.PolicyConfig()
 	pol, err := policy.New(pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
-	prov, err := local.New(local.Config{
-		Root:      filepath.Join(cfg.DataDir, "machines", pc.Name),
-		Command:   local.WorkerCommand(cfg.Binary),
-		Offerings: pc.Offerings,
-		Logger:    plog.With("component", "local-provider"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
-	}
 	journal, err := h.Store().Journal(pc.Name)
 	if err != nil {
-		prov.Close()
 		return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
-	p := &pool{cfg: pc, pol: pol, prov: prov}
+	p := &pool{cfg: pc, pol: pol}
 	emit := func(e controller.Event) {
 		if err := h.RecordEvent(context.WithoutCancel(ctx), head.FromController(e)); err != nil {
 			plog.Warn("recording an event", "err", err, "event", e.String())
@@ -311,7 +346,7 @@ func startPool(ctx context.Context, pc config.Pool, cfg Config, h *head.Head, bo
 		ControllerID:      "tide-up",
 		ReconcileInterval: pc.ReconcileEvery(),
 	}, controller.Deps{
-		Provider: provider.Instrument(prov, cfg.Registry, provider.WithName("local")),
+		Provider: provider.Instrument(prov, cfg.Registry, provider.WithName(pc.Provider.Type)),
 		Journal:  journal,
 		Workload: h.Workload(),
 		Clock:    clock.Real{},
@@ -320,7 +355,6 @@ func startPool(ctx context.Context, pc config.Pool, cfg Config, h *head.Head, bo
 		Events:   controller.EventFunc(emit),
 	})
 	if err != nil {
-		prov.Close()
 		return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
 	p.ctl = ctl
@@ -370,14 +404,14 @@ func scaleDownDelay(c policy.Config) time.Duration {
 
 // shutdown drains the pools: every worker is stopped gracefully, then killed
 // after the timeout, so nothing this process started keeps running.
-func shutdown(pools []*pool, timeout time.Duration, log *slog.Logger) {
+func shutdown(provs []poolProvider, timeout time.Duration, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, p := range pools {
+	for _, p := range provs {
 		wg.Go(func() {
 			if err := p.prov.Shutdown(ctx); err != nil {
-				log.Error("stopping workers", "pool", p.cfg.Name, "err", err)
+				log.Error("stopping workers", "pool", p.name, "err", err)
 			}
 		})
 	}
