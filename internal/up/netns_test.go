@@ -227,7 +227,7 @@ func TestNetnsMachineLoss(t *testing.T) {
 		PollTimeout: 2 * time.Second, SuspectAfter: 12 * time.Second, OfflineAfter: 15 * time.Second})
 	done := filepath.Join(nr.dir, "done.log")
 	policy, restarts := "on-failure", 3
-	cmd := fmt.Sprintf(`sleep 30 && echo "$TIDE_INSTANCE_ID $TIDE_ATTEMPT" >> %s`, done)
+	cmd := fmt.Sprintf(`sleep 30 && echo "$TIDE_INSTANCE_ID $TIDE_ATTEMPT $TIDE_WORKER $(date +%%T.%%N)" >> %s`, done)
 	ids := nr.submit(3, cmd, 1, func(req *api.SubmitRequest) { req.RestartPolicy, req.MaxRestarts = &policy, &restarts })
 	nr.eventually("three instances run", 60*time.Second, func() (bool, string) {
 		st := nr.statuses(ids)
@@ -247,6 +247,41 @@ func TestNetnsMachineLoss(t *testing.T) {
 		t.Fatalf("ip link set down: %v: %s", err, out)
 	}
 	cutAt := time.Now()
+	// Every change of the instances' placement, for the failure message.
+	var trace strings.Builder
+	stopTrace := make(chan struct{})
+	traced := make(chan struct{})
+	go func() {
+		defer close(traced)
+		last := map[string]string{}
+		for {
+			for _, id := range ids {
+				if in, err := nr.cl.Instance(context.Background(), id); err == nil {
+					w := ""
+					if in.AssignedTo != nil {
+						w = *in.AssignedTo
+					}
+					cur := fmt.Sprintf("attempt %d %s on %s", in.Attempt, in.Status, w)
+					if last[id] != cur {
+						last[id] = cur
+						fmt.Fprintf(&trace, "%s %s: %s\n", time.Now().Format("15:04:05.000"), id[:8], cur)
+					}
+				}
+			}
+			select {
+			case <-stopTrace:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() {
+		close(stopTrace)
+		<-traced
+		if t.Failed() || testing.Verbose() {
+			t.Logf("placements:\n%s", trace.String())
+		}
+	}()
 	nr.eventually("the lost machine is replaced", 30*time.Second, func() (bool, string) {
 		evs := nr.events()
 		return strings.Contains(evs, "node-lost") && strings.Contains(evs, lost) && strings.Count(evs, " launched:") >= 4,
@@ -263,8 +298,10 @@ func TestNetnsMachineLoss(t *testing.T) {
 		}
 		return in.Attempt >= 2 && w != cut && in.Status == "RUNNING", fmt.Sprintf("attempt %d on %s %s", in.Attempt, w, in.Status)
 	})
-	if d := time.Since(cutAt); d < 15*time.Second {
-		t.Fatalf("rerun after %v: before offline-after", d)
+	// Offline-after counts from the last heartbeat, which arrived at most
+	// a poll timeout (2s) before the cut.
+	if d := time.Since(cutAt); d < 13*time.Second {
+		t.Fatalf("rerun %v after the cut: before offline-after (15s)", d)
 	}
 	if out, err := exec.Command("ip", "link", "set", link, "up").CombinedOutput(); err != nil && hostLinkExists(link) {
 		t.Fatalf("ip link set up: %v: %s", err, out)
@@ -273,6 +310,12 @@ func TestNetnsMachineLoss(t *testing.T) {
 		st := nr.statuses(ids)
 		return st["COMPLETED"] == 3, fmt.Sprint(st)
 	})
+	t.Logf("events:\n%s", nr.events())
+	t.Logf("lost %s, cut %s at %s; completions:\n%s", lost, cut, cutAt.Format("15:04:05.000"), mustRead(done))
+	for _, id := range ids {
+		in, _ := nr.cl.Instance(context.Background(), id)
+		t.Logf("instance %s: attempt %d on %v", id, in.Attempt, *in.AssignedTo)
+	}
 	for i, id := range ids[:2] {
 		in, _ := nr.cl.Instance(context.Background(), id)
 		if in.Attempt < 2 {
