@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,6 +119,40 @@ func (nr *netRun) wantNothingLeft(t *testing.T, dir string) {
 	}
 	if n := workerProcesses(dir); n != 0 {
 		t.Errorf("%d processes of this run still alive", n)
+	}
+	removeLeftovers(nr.prefix)
+	killRunProcesses(dir)
+}
+
+// killRunProcesses kills, after a failed test, the processes started from
+// the run's directory.
+func killRunProcesses(dir string) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), dir) {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err == nil && pid != os.Getpid() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// removeLeftovers removes, after a failed test, every namespace and link
+// with the prefix (the test's own).
+func removeLeftovers(prefix string) {
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for line := range strings.SplitSeq(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], prefix+"-") {
+				exec.Command("ip", "netns", "del", f[0]).Run()
+			}
+		}
+	}
+	links, _ := filepath.Glob("/sys/class/net/" + prefix + "*")
+	for _, l := range links {
+		exec.Command("ip", "link", "del", filepath.Base(l)).Run()
 	}
 }
 
@@ -352,4 +387,120 @@ func hostLinkOf(t *testing.T, prefix, machine string) string {
 func hostLinkExists(l string) bool {
 	_, err := os.Stat("/sys/class/net/" + l)
 	return err == nil
+}
+
+// TestNetnsHeadKill9: `tide up` with a netns pool is killed with kill -9
+// while its machines run work: their namespaces and workers survive it.
+// The restarted `tide up` adopts them (the instances keep running, same
+// attempt) and removes a leftover namespace no machine owns; its Ctrl-C
+// then leaves no namespace, link or process behind.
+func TestNetnsHeadKill9(t *testing.T) {
+	skipUnlessNetns(t)
+	n := 200 + netSeq.Add(1)%50
+	prefix, subnet, gw := fmt.Sprintf("tu%d", n), fmt.Sprintf("10.231.%d.0/24", n), fmt.Sprintf("10.231.%d.1", n)
+	dir := t.TempDir()
+	nr := &netRun{prefix: prefix}
+	t.Cleanup(func() { nr.wantNothingLeft(t, dir) })
+	cfgPath := filepath.Join(dir, "tide.yaml")
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(netPool, prefix, subnet)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	url := fmt.Sprintf("https://%s:%d", gw, port)
+	start := func(name string) (*exec.Cmd, chan struct{}) {
+		t.Helper()
+		logf, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(tideBin, "up", "--config", cfgPath, "--data-dir", filepath.Join(dir, "data"),
+			"--addr", gw, "--port", fmt.Sprint(port), "--token", "admin-k9", "--tls", "auto")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); logf.Close(); close(done) }()
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			<-done
+			if t.Failed() {
+				out, _ := os.ReadFile(filepath.Join(dir, name+".log"))
+				t.Logf("--- %s log:\n%s", name, out)
+			}
+		})
+		return cmd, done
+	}
+	connect := func() *running {
+		t.Helper()
+		r := &running{t: t, dir: dir}
+		r.eventually("tide up answers over TLS", 30*time.Second, func() (bool, string) {
+			pem, err := os.ReadFile(filepath.Join(dir, "data", "tls", "ca.pem"))
+			if err != nil {
+				return false, err.Error()
+			}
+			roots := x509.NewCertPool()
+			roots.AppendCertsFromPEM(pem)
+			hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+			cl, _ := client.New(url, "admin-k9", hc)
+			if err := cl.Health(context.Background()); err != nil {
+				return false, err.Error()
+			}
+			r.cl = cl
+			return true, ""
+		})
+		return r
+	}
+	first, firstDone := start("up1")
+	r := connect()
+	ids := r.submit(2, "sleep 600", 1, nil)
+	r.eventually("two instances run", 60*time.Second, func() (bool, string) {
+		st := r.statuses(ids)
+		return st["RUNNING"] == 2, fmt.Sprint(st)
+	})
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-firstDone
+	nss := func() []string {
+		out, _ := exec.Command("ip", "netns", "list").Output()
+		var got []string
+		for line := range strings.SplitSeq(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], prefix+"-") {
+				got = append(got, f[0])
+			}
+		}
+		return got
+	}
+	if got := nss(); len(got) != 2 {
+		t.Fatalf("namespaces after kill -9: %v, want the 2 machines'", got)
+	}
+	// A namespace of a machine never recorded (a crash between the two).
+	if out, err := exec.Command("ip", "netns", "add", prefix+"-ghost-9").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	second, secondDone := start("up2")
+	r = connect()
+	r.eventually("the ghost namespace is removed and the machines adopted", 30*time.Second, func() (bool, string) {
+		got := nss()
+		return len(got) == 2 && !strings.Contains(strings.Join(got, " "), "ghost"), fmt.Sprint(got)
+	})
+	r.eventually("the restarted controller adopts both joined machines", 30*time.Second, func() (bool, string) {
+		return strings.Contains(r.events(), "at epoch 2: 2 joined"), "no adoption event yet"
+	})
+	for _, id := range ids {
+		in, err := r.cl.Instance(context.Background(), id)
+		if err != nil || in.Status != "RUNNING" || in.Attempt != 1 {
+			t.Fatalf("instance %s after the restart: %+v %v, want RUNNING at attempt 1", id, in, err)
+		}
+	}
+	if err := second.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-secondDone:
+	case <-time.After(60 * time.Second):
+		t.Fatal("tide up did not stop within 60s of Ctrl-C")
+	}
+	// wantNothingLeft (cleanup) checks namespaces, links and processes.
 }
