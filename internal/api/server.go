@@ -28,8 +28,11 @@
 //
 // Auth: with an admin token, every route but /health, worker registration
 // and heartbeats needs "Authorization: Bearer <token>" (401 otherwise).
-// Registration needs the join token (or the admin token) when one is set;
-// heartbeats carry the per-worker token PyLet issues at registration.
+// Registration needs the join token (or the admin token) when one is set,
+// or a machine credential (Options.MachineAuth) minted for exactly the
+// worker id and pool it registers; heartbeats carry the per-worker token
+// PyLet issues at registration. The head mounts POST /bootstrap (mint a
+// machine's bootstrap blob) under the admin token through Options.Extra.
 package api
 
 import (
