@@ -99,8 +99,8 @@ func headURLFor(pp poolProvider, scheme string, ln net.Addr) (string, error) {
 // joining hands each machine its own bootstrap blob: Configure mints a
 // credential scoped to the machine (head.MintBootstrap) and passes the
 // blob that carries it instead of the controller's; Delete revokes the
-// machine's credentials once the provider has accepted it (or the machine
-// is gone), so its blob registers nothing afterwards.
+// machine's credentials before the provider deletes it, so its blob
+// registers nothing from then on (the head's Forget revokes them too).
 type joining struct {
 	provider.Provider
 	head    *head.Head
@@ -117,15 +117,15 @@ func (j joining) Configure(ctx context.Context, req provider.ConfigureRequest) (
 	return j.Provider.Configure(ctx, req)
 }
 
-// Delete deletes the machine and revokes its credentials.
+// Delete revokes the machine's credentials, then deletes it: a worker
+// still running on it can no longer register.
 func (j joining) Delete(ctx context.Context, req provider.DeleteRequest) (provider.Ack, error) {
-	ack, err := j.Provider.Delete(ctx, req)
-	if err == nil || provider.IsNotFound(err) {
-		if rerr := j.head.RevokeMachine(context.WithoutCancel(ctx), req.MachineID); rerr != nil {
-			return ack, errors.Join(err, provider.NewTransient(rerr, 0))
+	if err := req.Validate(); err == nil {
+		if err := j.head.RevokeMachine(ctx, req.MachineID); err != nil {
+			return provider.Ack{}, fmt.Errorf("delete machine %q: revoke its credentials: %w", req.MachineID, provider.NewTransient(err, 0))
 		}
 	}
-	return ack, err
+	return j.Provider.Delete(ctx, req)
 }
 
 // checkExposure refuses an admin API beyond loopback without a token.

@@ -27,11 +27,11 @@ import (
 // netSeq hands each netns test its own /24 and name prefix (10.231.200+).
 var netSeq atomic.Int32
 
-// netPool is a pool of namespaces, min 0 / max 3, of two offerings.
+// netPool is a pool of namespaces (min %d, max %d) of two offerings.
 const netPool = `pools:
   - name: net
     provider: {type: netns, options: {prefix: %s, subnet: %s}}
-    nodes: [0, 3]
+    nodes: [%d, %d]
     offerings:
       - {type: ns-small, cpu: 1, memory: 512Mi, price: 0.05}
       - {type: ns-big, cpu: 2, memory: 1Gi, price: 0.09}
@@ -57,7 +57,7 @@ func skipUnlessNetns(t *testing.T) {
 	}
 }
 
-func startNetUp(t *testing.T, hc head.Config) *netRun {
+func startNetUp(t *testing.T, minNodes, maxNodes int, hc head.Config) *netRun {
 	t.Helper()
 	skipUnlessNetns(t)
 	n := 200 + netSeq.Add(1)%50
@@ -65,7 +65,7 @@ func startNetUp(t *testing.T, hc head.Config) *netRun {
 		gateway: fmt.Sprintf("10.231.%d.1", n), token: "admin-" + t.Name()}
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "tide.yaml")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(netPool, nr.prefix, nr.subnet)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(netPool, nr.prefix, nr.subnet, minNodes, maxNodes)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// Checked even when the test fails: nothing of the run is left.
@@ -174,7 +174,7 @@ var ipv4 = regexp.MustCompile(`\b10\.231\.\d+\.\d+\b`)
 // all complete, at least two distinct machine addresses appear (none is
 // the head's), the pool returns to 0, and nothing is left behind.
 func TestNetnsBurst(t *testing.T) {
-	nr := startNetUp(t, head.Config{SchedulerInterval: 200 * time.Millisecond, LivenessInterval: time.Second,
+	nr := startNetUp(t, 0, 3, head.Config{SchedulerInterval: 200 * time.Millisecond, LivenessInterval: time.Second,
 		PollTimeout: 5 * time.Second, SuspectAfter: 20 * time.Second, OfflineAfter: 30 * time.Second})
 	// Without the token the API refuses (401) and does nothing.
 	anon, _ := client.New(nr.cl.BaseURL(), "", nr.hc)
@@ -258,13 +258,19 @@ func doneLines(t *testing.T, path string) map[string]int {
 // elsewhere while its stale reports change nothing (attempt fencing).
 // Nothing runs twice to completion.
 func TestNetnsMachineLoss(t *testing.T) {
-	nr := startNetUp(t, head.Config{SchedulerInterval: 200 * time.Millisecond, LivenessInterval: 500 * time.Millisecond,
+	// A fixed pool of four machines for three instances: one is free for
+	// the cut machine's instance to rerun on while the cut lasts (the
+	// policy counts the cut machine as a node until it is lost).
+	nr := startNetUp(t, 4, 4, head.Config{SchedulerInterval: 200 * time.Millisecond, LivenessInterval: 500 * time.Millisecond,
 		PollTimeout: 2 * time.Second, SuspectAfter: 12 * time.Second, OfflineAfter: 15 * time.Second})
 	done := filepath.Join(nr.dir, "done.log")
 	policy, restarts := "on-failure", 3
-	cmd := fmt.Sprintf(`sleep 30 && echo "$TIDE_INSTANCE_ID $TIDE_ATTEMPT $TIDE_WORKER $(date +%%T.%%N)" >> %s`, done)
+	// Long enough that the cut machine's first attempt cannot finish
+	// before the link comes back (a partitioned machine keeps running
+	// its work: nothing on it can hear that the head moved it).
+	cmd := fmt.Sprintf(`sleep 45 && echo "$TIDE_INSTANCE_ID $TIDE_ATTEMPT $TIDE_WORKER $(date +%%T.%%N)" >> %s`, done)
 	ids := nr.submit(3, cmd, 1, func(req *api.SubmitRequest) { req.RestartPolicy, req.MaxRestarts = &policy, &restarts })
-	nr.eventually("three instances run", 60*time.Second, func() (bool, string) {
+	nr.eventually("three instances run", 90*time.Second, func() (bool, string) {
 		st := nr.statuses(ids)
 		return st["RUNNING"] == 3, fmt.Sprint(st)
 	})
@@ -317,6 +323,19 @@ func TestNetnsMachineLoss(t *testing.T) {
 			t.Logf("placements:\n%s", trace.String())
 		}
 	}()
+	// The lost machine's instance reruns through NodeLost, well before
+	// offline-after would have requeued it.
+	nr.eventually("the lost machine's instance reruns elsewhere", 12*time.Second, func() (bool, string) {
+		in, err := nr.cl.Instance(context.Background(), ids[0])
+		if err != nil {
+			return false, err.Error()
+		}
+		w := ""
+		if in.AssignedTo != nil {
+			w = *in.AssignedTo
+		}
+		return in.Attempt >= 2 && w != lost && in.Status == "RUNNING", fmt.Sprintf("attempt %d on %s %s", in.Attempt, w, in.Status)
+	})
 	nr.eventually("the lost machine is replaced", 30*time.Second, func() (bool, string) {
 		evs := nr.events()
 		return strings.Contains(evs, "node-lost") && strings.Contains(evs, lost) && strings.Count(evs, " launched:") >= 4,
@@ -402,7 +421,7 @@ func TestNetnsHeadKill9(t *testing.T) {
 	nr := &netRun{prefix: prefix}
 	t.Cleanup(func() { nr.wantNothingLeft(t, dir) })
 	cfgPath := filepath.Join(dir, "tide.yaml")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(netPool, prefix, subnet)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(netPool, prefix, subnet, 0, 3)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	port := freePort(t)
