@@ -83,7 +83,10 @@ certificate out in every bootstrap blob.`,
 				cfg.JoinToken = os.Getenv("TIDE_JOIN_TOKEN")
 			}
 			if err := headTLS(&cfg, tlsMode, tlsSANs, tlsCA); err != nil {
-				return badInput(err)
+				if strings.HasPrefix(err.Error(), "--tls") {
+					return badInput(err)
+				}
+				return err
 			}
 			log, err := newLogger(s.Err, logLevel)
 			if err != nil {

@@ -33,6 +33,15 @@ is submitted. Submit with 'tide submit', watch with 'tide pools', 'tide nodes' a
 				level = slog.LevelDebug
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(s.Err, &slog.HandlerOptions{Level: level}))
+			if cfg.TLS != "" && cfg.TLS != "auto" {
+				return badInput(fmt.Errorf("--tls %q: the only mode is auto", cfg.TLS))
+			}
+			if cfg.TLS != "" && (cfg.TLSCertFile != "" || cfg.TLSKeyFile != "") {
+				return badInput(fmt.Errorf("--tls auto makes its own certificate: drop --tls-cert and --tls-key"))
+			}
+			if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+				return badInput(fmt.Errorf("--tls-cert and --tls-key go together"))
+			}
 			if cfg.Token == "" {
 				cfg.Token = os.Getenv(client.EnvToken)
 			}
