@@ -135,7 +135,7 @@ func TestBootstrapJoin(t *testing.T) {
 	}
 	// An instance runs there and its log comes back through the head
 	// (the head presents the machine's log token).
-	req := submitReq("echo joined-over-tls", nil)
+	req := submitReq("echo joined-over-tls; env", nil)
 	pool := "edge"
 	req.Pool = &pool
 	res, err := cl.c.Submit(context.Background(), req)
@@ -147,8 +147,15 @@ func TestBootstrapJoin(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return strings.Contains(string(c.Content), "joined-over-tls"), string(c.Content)
+		return strings.Contains(string(c.Content), "TIDE_INSTANCE_ID="), string(c.Content)
 	})
+	// The instance's environment holds no credential.
+	if c, err := cl.c.Logs(context.Background(), res.InstanceID, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	} else if env := string(c.Content); strings.Contains(env, b.Token) || strings.Contains(env, b.LogToken) ||
+		strings.Contains(env, "e2e-join-token") || strings.Contains(env, token) {
+		t.Errorf("the instance's environment holds a credential:\n%s", env)
+	}
 	// The head's log holds no credential.
 	if logs, _ := os.ReadFile(cl.head.log); strings.Contains(string(logs), b.Token) || strings.Contains(string(logs), b.LogToken) {
 		t.Error("the head logged a credential")
