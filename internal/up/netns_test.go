@@ -360,6 +360,25 @@ func TestNetnsMachineLoss(t *testing.T) {
 	if out, err := exec.Command("ip", "link", "set", link, "up").CombinedOutput(); err != nil && hostLinkExists(link) {
 		t.Fatalf("ip link set up: %v: %s", err, out)
 	}
+	rerun, err := nr.cl.Instance(context.Background(), ids[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cut machine comes back: its worker registers again (its used
+	// credential still good) and reports its stale first attempt, which
+	// changes nothing: the rerun keeps its attempt and machine.
+	nr.eventually("the cut machine's worker is back online", 30*time.Second, func() (bool, string) {
+		w, err := nr.cl.Worker(context.Background(), cut)
+		if err != nil {
+			return false, err.Error()
+		}
+		return w.Status == "ONLINE", w.Status
+	})
+	if in, err := nr.cl.Instance(context.Background(), ids[1]); err != nil || in.Attempt != rerun.Attempt ||
+		*in.AssignedTo != *rerun.AssignedTo || in.Status != "RUNNING" {
+		t.Fatalf("the rerun after the cut machine came back: %+v %v; want attempt %d on %s, running",
+			in, err, rerun.Attempt, *rerun.AssignedTo)
+	}
 	nr.eventually("every instance completes", 120*time.Second, func() (bool, string) {
 		st := nr.statuses(ids)
 		return st["COMPLETED"] == 3, fmt.Sprint(st)
