@@ -22,6 +22,7 @@ import (
 
 	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/provider"
 )
 
 // Agent is a running worker. Its fields are owned by the goroutine running
@@ -124,7 +125,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("worker: log server: listen on %s: %w", logAddr, err)
 	}
 	a.logPort = ln.Addr().(*net.TCPAddr).Port
-	srv := &http.Server{Handler: logHandler(a.logs, cfg.JoinToken, a.log), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: logHandler(a.logs, []string{cfg.JoinToken, provider.LogToken(cfg.JoinToken, id.Name), cfg.LogToken}, a.log), ReadHeaderTimeout: 10 * time.Second}
 	serveDone := make(chan struct{})
 	go func() {
 		defer close(serveDone)

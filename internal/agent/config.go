@@ -39,6 +39,9 @@ type Config struct {
 	// JoinToken is presented at registration, and required from the head
 	// by the log server when set.
 	JoinToken string
+	// LogToken is also accepted by the log server from the head (a
+	// bootstrap blob's log_token).
+	LogToken string
 	// DataDir holds the identity, the run records of local processes and
 	// their logs; required. One worker per data dir (it is locked).
 	DataDir string
@@ -280,7 +283,7 @@ func logListenAddr(cfg Config, advertised string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("worker config: log addr %q: %w", addr, err)
 	}
-	if cfg.JoinToken == "" && !cfg.Insecure && !isLoopbackHost(host) {
+	if cfg.JoinToken == "" && cfg.LogToken == "" && !cfg.Insecure && !isLoopbackHost(host) {
 		return "", fmt.Errorf("worker config: serving logs on %q beyond loopback requires a join token (--join-token) or --insecure", addr)
 	}
 	return addr, nil

@@ -199,7 +199,7 @@ func TestLogHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs.release("inst-1", l)
-	srv := httptest.NewServer(logHandler(logs, "s3cret", slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(logHandler(logs, []string{"s3cret"}, slog.New(slog.DiscardHandler)))
 	defer srv.Close()
 	tests := []struct {
 		name, path, token string

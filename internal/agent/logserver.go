@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -32,17 +33,23 @@ type logResponse struct {
 
 // logHandler serves GET /logs/{id}?offset=&limit= and GET /health, as
 // PyLet's worker does, and as the head's log proxy calls it. With a token,
-// /logs needs "Authorization: Bearer <token>" (the head sends its join
-// token); PyLet's log server has no auth at all (A14.12).
-func logHandler(logs *logSet, token string, log *slog.Logger) http.Handler {
+// /logs needs "Authorization: Bearer <t>" where t is one of tokens (the
+// head sends the worker's log token, provider.LogToken); PyLet's log server
+// has no auth at all (A14.12). Empty tokens are ignored.
+func logHandler(logs *logSet, tokens []string, log *slog.Logger) http.Handler {
+	tokens = slices.DeleteFunc(slices.Clone(tokens), func(t string) bool { return t == "" })
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /logs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if token != "" {
+		if len(tokens) > 0 {
 			got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
+			ok := false
+			for _, t := range tokens {
+				ok = subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(t)) == 1 || ok
+			}
+			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="tide-worker"`)
 				writeJSON(w, http.StatusUnauthorized, map[string]string{"detail": "Invalid or missing token"})
 				return

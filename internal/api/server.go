@@ -28,8 +28,11 @@
 //
 // Auth: with an admin token, every route but /health, worker registration
 // and heartbeats needs "Authorization: Bearer <token>" (401 otherwise).
-// Registration needs the join token (or the admin token) when one is set;
-// heartbeats carry the per-worker token PyLet issues at registration.
+// Registration needs the join token (or the admin token) when one is set,
+// or a machine credential (Options.MachineAuth) minted for exactly the
+// worker id and pool it registers; heartbeats carry the per-worker token
+// PyLet issues at registration. The head mounts POST /bootstrap (mint a
+// machine's bootstrap blob) under the admin token through Options.Extra.
 package api
 
 import (
@@ -103,6 +106,10 @@ type Options struct {
 	// JoinToken guards worker registration when set (the admin token is
 	// accepted too).
 	JoinToken string
+	// MachineAuth, when set, accepts a registration whose bearer is neither
+	// token: it reports whether token is a machine credential minted for
+	// exactly this worker id and pool (and marks it used).
+	MachineAuth func(ctx context.Context, token, workerID, pool string) bool
 	// MaxBodyBytes bounds request bodies; 4 MiB when zero.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
@@ -492,16 +499,22 @@ func (s *server) deleteInstances(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) register(w http.ResponseWriter, r *http.Request) {
+	got := bearer(r)
+	machine := false // the bearer must be a machine credential for the worker
 	if want := s.opts.JoinToken; want != "" || s.opts.AdminToken != "" {
-		got := bearer(r)
 		ok := (want != "" && tokenEqual(got, want)) || (s.opts.AdminToken != "" && tokenEqual(got, s.opts.AdminToken))
-		if !ok {
+		if !ok && (s.opts.MachineAuth == nil || got == "") {
 			writeDetail(w, http.StatusUnauthorized, "Invalid or missing join token")
 			return
 		}
+		machine = !ok
 	}
 	var req RegisterRequest
 	if !s.decode(w, r, &req) {
+		return
+	}
+	if machine && !s.opts.MachineAuth(r.Context(), got, req.WorkerID, req.Pool) {
+		writeDetail(w, http.StatusUnauthorized, "Invalid or missing join token")
 		return
 	}
 	if req.WorkerID == "" {

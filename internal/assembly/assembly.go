@@ -31,8 +31,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +46,7 @@ import (
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/head"
 	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/internal/provider/netns"
 )
 
 // Config configures an assembly.
@@ -154,50 +157,88 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 	hc.Route = a.route
 	hc.PoolStatus = a.status
 	hc.OnListen = nil
-	// The listen address is checked (and taken) first: a refused address
-	// leaves the data dir alone.
-	ln, err := head.Listen(hc)
-	if err != nil {
-		if strings.HasPrefix(err.Error(), "head config:") {
-			return nil, &ConfigError{err}
+	if hc.TLSAuto {
+		// The certificate the head makes names the bridges of netns pools,
+		// which exist only once their providers start.
+		for _, pc := range pools {
+			if pc.Provider.Type != "netns" {
+				continue
+			}
+			nc, err := netnsConfig(pc, a.env)
+			if err == nil {
+				var g netip.Addr
+				if g, err = netns.PlanGateway(nc); err == nil {
+					hc.TLSHosts = append(slices.Clip(hc.TLSHosts), g.String())
+				}
+			}
+			if err != nil {
+				return nil, &ConfigError{fmt.Errorf("%s: pool %q: provider: %w", source, pc.Name, err)}
+			}
 		}
-		return nil, err
+	}
+	// The head's settings are checked first: refused, they leave the data
+	// dir alone.
+	if err := head.CheckConfig(hc); err != nil {
+		return nil, &ConfigError{err}
 	}
 	// The join token is read before the head starts and, when new,
 	// written once the head holds the data dir.
 	freshToken := false
 	if hc.JoinToken == "" {
 		if hc.JoinToken, freshToken, err = joinToken(hc.DataDir); err != nil {
-			ln.Close()
 			return nil, err
 		}
 	}
-	// New takes the data dir's lock before it opens the store.
+	// New takes the data dir's lock before it opens the store: a data dir
+	// in use is refused before anything in it changes.
 	h, err := head.New(ctx, hc)
 	if err != nil {
-		ln.Close()
 		return nil, err
 	}
-	a.h, a.ln = h, ln
+	a.h = h
 	if freshToken {
 		if err := writeJoinToken(hc.DataDir, hc.JoinToken); err != nil {
 			a.closeEarly()
 			return nil, err
 		}
 	}
-	boot, err := provider.Bootstrap{Head: headURL(hc, ln.Addr()), Token: hc.JoinToken}.Marshal()
+	// The providers start before the head listens: a netns pool's bridge is
+	// an address the head may listen on.
+	provs := make([]provider.Provider, len(pools))
+	releaseProviders := func() {
+		for _, p := range provs {
+			if c, ok := p.(closer); ok {
+				c.Close() // nothing ran: leave their machines to the next start
+			}
+		}
+	}
+	for i, pc := range pools {
+		if provs[i], err = builds[i](); err != nil {
+			releaseProviders()
+			a.closeEarly()
+			return nil, fmt.Errorf("%s: pool %q: provider: %w", source, pc.Name, err)
+		}
+	}
+	if a.ln, err = head.Listen(hc); err != nil {
+		releaseProviders()
+		a.closeEarly()
+		return nil, err
+	}
+	// The controllers' blob names the head only: each machine's own blob,
+	// with a credential scoped to it, is minted when it is configured
+	// (joining).
+	boot, err := provider.Bootstrap{Head: headURL(h.Scheme(), a.ln.Addr()), Token: "minted-per-machine"}.Marshal()
 	if err != nil {
+		releaseProviders()
 		a.closeEarly()
 		return nil, err
 	}
 	a.boot = boot
 	a.routes = pools
 	for i, pc := range pools {
-		p, err := a.newPool(ctx, pc, builds[i], nil)
+		p, err := a.newPool(ctx, pc, builds[i], provs[i])
 		if err != nil {
-			for _, q := range a.pools {
-				q.release() // nothing ran: leave their machines to the next start
-			}
+			releaseProviders()
 			a.closeEarly()
 			return nil, fmt.Errorf("%s: pool %q: %w", source, pc.Name, err)
 		}
@@ -208,7 +249,9 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 }
 
 func (a *Assembly) closeEarly() {
-	a.ln.Close()
+	if a.ln != nil {
+		a.ln.Close()
+	}
 	if a.h != nil {
 		a.h.Close()
 	}
@@ -222,11 +265,7 @@ func (a *Assembly) Addr() net.Addr { return a.ln.Addr() }
 
 // headURL is the head's URL as machines of this host reach it: a listener
 // on every address is reached on loopback.
-func headURL(hc head.Config, addr net.Addr) string {
-	scheme := "http"
-	if hc.TLSCertFile != "" {
-		scheme = "https"
-	}
+func headURL(scheme string, addr net.Addr) string {
 	host, port, err := net.SplitHostPort(addr.String())
 	if err != nil {
 		return scheme + "://" + addr.String()

@@ -127,13 +127,18 @@ func (a *Assembly) newPool(ctx context.Context, pc config.Pool, build func() (pr
 		}
 	}
 	p := &pool{cfg: pc, pol: pol, prov: prov, journal: journal}
+	url, err := poolHeadURL(a.h.Scheme(), a.ln.Addr(), prov)
+	if err != nil {
+		p.release()
+		return nil, err
+	}
 	emit := func(e controller.Event) {
 		if err := a.h.RecordEvent(context.Background(), head.FromController(e)); err != nil {
 			plog.Warn("recording an event", "err", err, "event", e.String())
 		}
 	}
 	ctl, err := controller.New(a.controllerConfig(pc), controller.Deps{
-		Provider: provider.Instrument(prov, a.cfg.Registry, provider.WithName(pc.Provider.Type)),
+		Provider: provider.Instrument(joining{Provider: prov, head: a.h, headURL: url}, a.cfg.Registry, provider.WithName(pc.Provider.Type)),
 		Journal:  journal,
 		Workload: a.h.Workload(),
 		Clock:    clock.Real{},

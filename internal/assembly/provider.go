@@ -14,6 +14,7 @@ import (
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/local"
+	"github.com/tide-project/tide/internal/provider/netns"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/strictjson"
 )
@@ -32,7 +33,7 @@ type Env struct {
 }
 
 // providerTypes lists the provider types newProvider builds, for errors.
-var providerTypes = []string{"local", "sim"}
+var providerTypes = []string{"local", "netns", "sim"}
 
 // newProvider checks pool pc's provider section and returns the function
 // that builds its provider. Checking has no side effects (a config refused
@@ -47,6 +48,8 @@ func newProvider(pc config.Pool, env Env) (func() (provider.Provider, error), er
 	switch pc.Provider.Type {
 	case "local":
 		return localProvider(pc, env)
+	case "netns":
+		return netnsProvider(pc, env)
 	case "sim":
 		return simProvider(pc, env)
 	default:
@@ -68,6 +71,46 @@ func localProvider(pc config.Pool, env Env) (func() (provider.Provider, error), 
 			Clock:     env.Clock,
 			Logger:    env.Logger.With("component", "local-provider"),
 		})
+	}, nil
+}
+
+// netnsConfig is pool pc's netns provider configuration: options prefix
+// and subnet (strings), state under DataDir/machines/<pool>.
+func netnsConfig(pc config.Pool, env Env) (netns.Config, error) {
+	nc := netns.Config{Root: filepath.Join(env.DataDir, "machines", pc.Name), Binary: env.Binary, Offerings: pc.Offerings,
+		Clock: env.Clock}
+	for k, v := range pc.Provider.Options {
+		s, ok := v.(string)
+		switch {
+		case !ok:
+			return nc, fmt.Errorf("provider.options.%s: want a string, got %v", k, v)
+		case k == "prefix":
+			nc.Prefix = s
+		case k == "subnet":
+			nc.Subnet = s
+		default:
+			return nc, fmt.Errorf("provider.options.%s: unknown option (netns has prefix and subnet)", k)
+		}
+	}
+	return nc, nil
+}
+
+// netnsProvider runs each machine as a network namespace on this host with
+// its own address on a bridge, running tide worker inside (Linux, root).
+func netnsProvider(pc config.Pool, env Env) (func() (provider.Provider, error), error) {
+	nc, err := netnsConfig(pc, env)
+	if err != nil {
+		return nil, err
+	}
+	if why := netns.Supported(); why != "" {
+		return nil, fmt.Errorf("provider.type: %s", why)
+	}
+	if _, err := netns.PlanGateway(nc); err != nil {
+		return nil, fmt.Errorf("provider.options: %w", err)
+	}
+	return func() (provider.Provider, error) {
+		nc.Logger = env.Logger.With("component", "netns-provider")
+		return netns.New(nc)
 	}, nil
 }
 

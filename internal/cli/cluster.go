@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +20,7 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/provider"
 )
 
 // defaultDataDir is ~/.tide/<sub>, or .tide/<sub> without a home.
@@ -41,6 +45,9 @@ func newHeadCmd(s Streams) *cobra.Command {
 		cfg        head.Config
 		addr       string
 		logLevel   string
+		tlsMode    string
+		tlsSANs    []string
+		tlsCA      string
 		configPath string
 	)
 	cmd := &cobra.Command{
@@ -50,7 +57,14 @@ func newHeadCmd(s Streams) *cobra.Command {
 liveness and the long-poll heartbeat that workers hold, with the state in SQLite
 under --data-dir. It listens on 127.0.0.1:8000 unless told otherwise; listening
 beyond loopback needs a token (--token, or $TIDE_TOKEN) or --insecure.
-Workers join with --join-token ($TIDE_JOIN_TOKEN), or the admin token.
+Workers join with --join-token ($TIDE_JOIN_TOKEN), or the admin token, or a
+bootstrap blob ('tide bootstrap') whose credential registers one machine only.
+
+--tls auto serves HTTPS without hand-made certificates: on first start it
+creates a CA and a server certificate under --data-dir/tls (kept across
+restarts; the server certificate names every address the head listens on,
+and is reissued from the same CA when one is missing) and hands the CA
+certificate out in every bootstrap blob.
 
 With --config FILE the head also runs the pools of FILE (the YAML of tide up
 --config): one autoscaler per pool, the same code tide up runs. SIGHUP re-reads
@@ -74,13 +88,19 @@ running pools are untouched.`,
 			if cfg.JoinToken == "" {
 				cfg.JoinToken = os.Getenv("TIDE_JOIN_TOKEN")
 			}
+			if err := headTLS(&cfg, tlsMode, tlsSANs, tlsCA); err != nil {
+				if strings.HasPrefix(err.Error(), "--tls") {
+					return badInput(err)
+				}
+				return err
+			}
 			log, err := newLogger(s.Err, logLevel)
 			if err != nil {
 				return err
 			}
 			cfg.Logger = log
 			scheme := "http"
-			if cfg.TLSCertFile != "" {
+			if cfg.TLSCertFile != "" || cfg.TLSAuto {
 				scheme = "https"
 			}
 			cfg.OnListen = func(a net.Addr) { fmt.Fprintf(s.Err, "tide head listening on %s://%s\n", scheme, a) }
@@ -105,6 +125,11 @@ running pools are untouched.`,
 	f.BoolVar(&cfg.Insecure, "insecure", false, "allow listening beyond loopback without a token")
 	f.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate (PEM); serves HTTPS with --tls-key")
 	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key (PEM)")
+	f.StringVar(&tlsMode, "tls", "", "auto: create a CA and a server certificate under --data-dir/tls and serve HTTPS")
+	f.StringArrayVar(&tlsSANs, "tls-san", nil, "extra host name or IP the --tls auto certificate names (repeatable)")
+	f.StringVar(&tlsCA, "tls-ca", "", "with --tls-cert: PEM file of its CA, handed out in bootstrap blobs")
+	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "head URL put in bootstrap blobs (default: the URL the admin reached)")
+	f.DurationVar(&cfg.CredentialTTL, "credential-ttl", head.DefaultCredentialTTL, "how long a machine's join credential stays good unused")
 	f.BoolVar(&cfg.Durable, "durable", false, "fsync every commit (survive power loss, slower)")
 	f.DurationVar(&cfg.PollTimeout, "poll-timeout", 30*time.Second, "how long a worker's heartbeat is held without news")
 	f.DurationVar(&cfg.SuspectAfter, "suspect-after", 75*time.Second, "silence after which a worker is SUSPECT (poll timeout + 10s at least)")
@@ -117,6 +142,64 @@ running pools are untouched.`,
 	return cmd
 }
 
+// headTLS applies --tls auto (or --tls-ca with --tls-cert) to cfg.
+func headTLS(cfg *head.Config, mode string, sans []string, caFile string) error {
+	switch mode {
+	case "":
+		if caFile != "" {
+			if cfg.TLSCertFile == "" {
+				return errors.New("--tls-ca needs --tls-cert and --tls-key")
+			}
+			pem, err := os.ReadFile(caFile)
+			if err != nil {
+				return fmt.Errorf("--tls-ca: %w", err)
+			}
+			cfg.CACertPEM = pem
+		}
+		return nil
+	case "auto":
+	default:
+		return fmt.Errorf("--tls %q: the only mode is auto", mode)
+	}
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" || caFile != "" {
+		return errors.New("--tls auto makes its own certificate: drop --tls-cert, --tls-key and --tls-ca")
+	}
+	// The head makes or reuses them once it holds the data dir.
+	cfg.TLSAuto, cfg.TLSHosts = true, sans
+	return nil
+}
+
+// useBootstrap reads a bootstrap blob from path ("-": in) into cfg.
+func useBootstrap(cfg *agent.Config, path string, haveCA bool, in io.Reader) error {
+	var data []byte
+	var err error
+	if path == "-" {
+		if in == nil {
+			return errors.New("--bootstrap -: no standard input")
+		}
+		data, err = io.ReadAll(io.LimitReader(in, provider.MaxBootstrapSize+1))
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return fmt.Errorf("--bootstrap: %w", err)
+	}
+	b, err := provider.ParseBootstrap(bytes.TrimSpace(data))
+	if err != nil {
+		return fmt.Errorf("--bootstrap %s: %w", path, err)
+	}
+	if !haveCA {
+		cfg.HTTPClient = nil
+	}
+	if err := cfg.UseBootstrap(b); err != nil {
+		return fmt.Errorf("--bootstrap %s: %w", path, err)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	return nil
+}
+
 func newWorkerCmd(s Streams) *cobra.Command {
 	var (
 		cfg                 agent.Config
@@ -126,9 +209,10 @@ func newWorkerCmd(s Streams) *cobra.Command {
 		labels              []string
 		logLevel            string
 		logMaxBytes, logMax string
+		bootstrapFile       string
 	)
 	cmd := &cobra.Command{
-		Use:   "worker --head URL --name NAME",
+		Use:   "worker --head URL --name NAME | worker --bootstrap FILE",
 		Short: "Run a worker: join a head and run the instances it places here",
 		Long: `Run a worker: register with the head, long-poll it for the instances placed
 here and run them as local processes, serving their logs to the head.
@@ -136,7 +220,12 @@ here and run them as local processes, serving their logs to the head.
 The worker keeps its identity, the records of its processes and their logs in
 --data-dir: restarted on the same directory it keeps its name, adopts the
 processes still running and reports those that ended meanwhile, so nothing
-runs twice. CPU and memory are detected unless given.`,
+runs twice. CPU and memory are detected unless given.
+
+With --bootstrap FILE (or - for standard input) the worker joins with a
+bootstrap blob ('tide bootstrap', or what a provider hands a machine): the
+head's URL, the CA that signed its certificate, the pool, the machine's name
+and a credential that registers only that machine.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.HeadURL = cf.head
@@ -190,6 +279,11 @@ runs twice. CPU and memory are detected unless given.`,
 			if cfg.HTTPClient, err = httpClient(cf.caCert, 0); err != nil {
 				return badInput(err)
 			}
+			if bootstrapFile != "" {
+				if err := useBootstrap(&cfg, bootstrapFile, cf.caCert != "", s.In); err != nil {
+					return badInput(err)
+				}
+			}
 			log, err := newLogger(s.Err, logLevel)
 			if err != nil {
 				return err
@@ -211,6 +305,7 @@ runs twice. CPU and memory are detected unless given.`,
 	f.StringVar(&cf.head, "head", "", "head URL (env "+client.EnvHead+", default "+client.DefaultHead+")")
 	f.StringVar(&cf.token, "token", "", "admin token, used to join when no join token is given (env "+client.EnvToken+")")
 	f.StringVar(&cf.caCert, "ca-cert", "", "PEM file of the CA that signed the head's TLS certificate")
+	f.StringVar(&bootstrapFile, "bootstrap", "", "join with a bootstrap blob: a file, or - for standard input (sets the head, CA, pool, name and credential)")
 	f.StringVar(&cfg.Name, "name", "", "stable worker name (target_worker); default: the name kept in --data-dir, else a new id")
 	f.StringVar(&cfg.JoinToken, "join-token", "", "join token (env TIDE_JOIN_TOKEN)")
 	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir("worker"), "identity, process records and logs")

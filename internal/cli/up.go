@@ -6,10 +6,13 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/up"
 )
 
@@ -38,8 +41,29 @@ once (workers left running are adopted by the next start).`,
 				level = slog.LevelDebug
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(s.Err, &slog.HandlerOptions{Level: level}))
+			if cfg.TLS != "" && cfg.TLS != "auto" {
+				return badInput(fmt.Errorf("--tls %q: the only mode is auto", cfg.TLS))
+			}
+			if cfg.TLS != "" && (cfg.TLSCertFile != "" || cfg.TLSKeyFile != "") {
+				return badInput(fmt.Errorf("--tls auto makes its own certificate: drop --tls-cert and --tls-key"))
+			}
+			if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+				return badInput(fmt.Errorf("--tls-cert and --tls-key go together"))
+			}
+			if cfg.Token == "" {
+				cfg.Token = os.Getenv(client.EnvToken)
+			}
+			if cfg.Addr != "" {
+				if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
+					cfg.Addr = net.JoinHostPort(strings.Trim(cfg.Addr, "[]"), strconv.Itoa(cfg.Port))
+				}
+			}
+			scheme := "http"
+			if cfg.TLS != "" || cfg.TLSCertFile != "" {
+				scheme = "https"
+			}
 			cfg.OnListen = func(a net.Addr) {
-				fmt.Fprintf(s.Out, "tide is up: head at http://%s (Ctrl-C to stop)\n", a)
+				fmt.Fprintf(s.Out, "tide is up: head at %s://%s (Ctrl-C to stop)\n", scheme, a)
 			}
 			if cfg.ConfigPath != "" {
 				hup := make(chan os.Signal, 1)
@@ -54,6 +78,12 @@ once (workers left running are adopted by the next start).`,
 	f.StringVar(&cfg.ConfigPath, "config", "", "pools configuration (YAML); a default local pool when empty")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "where tide keeps its state (default ~/.tide)")
 	f.IntVar(&cfg.Port, "port", 8000, "the head's port on 127.0.0.1")
+	f.StringVar(&cfg.Addr, "addr", "", "address to listen on, host or host:port (default 127.0.0.1); beyond loopback needs --token")
+	f.StringVar(&cfg.Token, "token", "", "admin token required by the API (env "+client.EnvToken+")")
+	f.StringVar(&cfg.TLS, "tls", "", "auto: create a CA and a server certificate under --data-dir/tls and serve HTTPS")
+	f.StringArrayVar(&cfg.TLSSANs, "tls-san", nil, "extra host name or IP the --tls auto certificate names (repeatable)")
+	f.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate (PEM); serves HTTPS with --tls-key")
+	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key (PEM)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug messages")
 	return cmd
 }

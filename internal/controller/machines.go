@@ -497,9 +497,10 @@ func (c *Controller) lose(ctx context.Context, n *node, reason, format string, a
 }
 
 // retire frees n's ordinal and deletes its machine until NotFound; a
-// Workload that is a Forgetter drops the node at once.
+// Workload that is a Forgetter drops the node at once, joined or not: its
+// worker may have registered before this controller saw it join.
 func (c *Controller) retire(ctx context.Context, n *node) {
-	if f, ok := c.work.(Forgetter); ok && n.joined {
+	if f, ok := c.work.(Forgetter); ok {
 		if err := f.Forget(ctx, n.ref(c.cfg.Pool)); err != nil {
 			c.emit(TypeWarning, ReasonWorkloadError, "node %d: forgetting machine %s: %v", n.id, n.rec.MachineID, err)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/store"
 )
 
@@ -461,7 +462,9 @@ func (h *Head) Logs(ctx context.Context, id string, offset, limit int64) (*api.L
 	if err != nil {
 		return nil, unavailable("Failed to build log request: %v", err)
 	}
-	if t := h.joinToken(); t != "" {
+	// The worker's own log token, derived from the head's secret: a
+	// machine that joined with a bootstrap blob knows only its own.
+	if t := provider.LogToken(h.joinToken(), w.ID); t != "" {
 		req.Header.Set("Authorization", "Bearer "+t)
 	}
 	resp, err := h.cfg.HTTPClient.Do(req)
@@ -486,7 +489,8 @@ func (h *Head) Logs(ctx context.Context, id string, offset, limit int64) (*api.L
 	return &chunk, nil
 }
 
-// joinToken is the token workers' log servers accept from the head.
+// joinToken is the secret the tokens workers' log servers accept from the
+// head derive from (provider.LogToken).
 func (h *Head) joinToken() string {
 	if h.cfg.JoinToken != "" {
 		return h.cfg.JoinToken

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/tlsauto"
 )
 
 // Config configures a head. Zero fields take the defaults listed.
@@ -32,6 +33,24 @@ type Config struct {
 	Insecure bool
 	// TLSCertFile and TLSKeyFile enable HTTPS when both are set.
 	TLSCertFile, TLSKeyFile string
+	// TLSAuto serves HTTPS with a CA and a server certificate that New
+	// makes (or reuses) under DataDir/tls once it holds the data dir (see
+	// package tlsauto): the certificate names the listen address and
+	// TLSHosts, and the CA is handed out in bootstrap blobs (CACertPEM).
+	// It excludes TLSCertFile and TLSKeyFile.
+	TLSAuto bool
+	// TLSHosts are extra names and addresses the TLSAuto certificate names
+	// (--tls-san, the bridges of netns pools).
+	TLSHosts []string
+	// CACertPEM is the CA certificate handed out in every bootstrap blob
+	// (what `--tls auto` created); empty: machines trust their system roots.
+	CACertPEM []byte
+	// AdvertiseURL is the head URL put in bootstrap blobs minted over the
+	// API; empty: the URL the admin's request reached.
+	AdvertiseURL string
+	// CredentialTTL is how long a machine's join credential stays good
+	// unused; once used it lasts until the machine is deleted. 30m.
+	CredentialTTL time.Duration
 	// Durable makes every SQLite commit fsync (survives power loss).
 	Durable bool
 
@@ -125,11 +144,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	def(&cfg.ReserveAfter, 60*time.Second)
 	def(&cfg.LogProxyTimeout, 30*time.Second)
 	def(&cfg.EventFollowMax, time.Hour)
+	def(&cfg.CredentialTTL, DefaultCredentialTTL)
 	for name, d := range map[string]time.Duration{"poll_timeout": cfg.PollTimeout, "suspect_after": cfg.SuspectAfter,
 		"offline_after": cfg.OfflineAfter, "liveness_interval": cfg.LivenessInterval,
 		"scheduler_interval": cfg.SchedulerInterval, "default_grace_period": cfg.DefaultGracePeriod,
 		"max_grace_period": cfg.MaxGracePeriod, "log_proxy_timeout": cfg.LogProxyTimeout,
-		"event_follow_max": cfg.EventFollowMax} {
+		"event_follow_max": cfg.EventFollowMax, "credential_ttl": cfg.CredentialTTL} {
 		if d < 0 {
 			return cfg, fmt.Errorf("head config: %s must be positive, got %s", name, d)
 		}
@@ -150,6 +170,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 		return cfg, errors.New("head config: tls_cert_file and tls_key_file must be set together")
+	}
+	if cfg.TLSAuto && cfg.TLSCertFile != "" {
+		return cfg, errors.New("head config: tls auto makes its own certificate: drop tls_cert_file and tls_key_file")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -183,4 +206,20 @@ func (cfg Config) checkExposure() error {
 		return nil
 	}
 	return fmt.Errorf("head config: listening on %q beyond loopback requires a token (--token) or --insecure", cfg.Addr)
+}
+
+// autoTLS makes or reuses the CA and the server certificate of TLSAuto
+// under DataDir/tls, naming the listen address and TLSHosts, and returns
+// cfg serving them.
+func (cfg Config) autoTLS(now time.Time) (Config, error) {
+	hosts, err := tlsauto.ListenHosts(cfg.Addr)
+	if err != nil {
+		return cfg, fmt.Errorf("head config: tls auto: %w", err)
+	}
+	files, err := tlsauto.Ensure(filepath.Join(cfg.DataDir, "tls"), append(hosts, cfg.TLSHosts...), now)
+	if err != nil {
+		return cfg, fmt.Errorf("start head: tls auto: %w", err)
+	}
+	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.CACertPEM = files.CertFile, files.KeyFile, files.CAPEM
+	return cfg, nil
 }

@@ -82,8 +82,13 @@ func (w workload) Busy(ctx context.Context, n controller.Node) (bool, error) {
 
 // Forget drops the worker of a machine that is gone for good (controller.Forgetter):
 // its instances are requeued by their restart policy or failed at once. A
-// worker that never registered is not an error.
+// worker that never registered is not an error. The machine's join
+// credentials are revoked first, so a worker still alive on it cannot
+// register again and take the requeued work.
 func (w workload) Forget(ctx context.Context, n controller.Node) error {
+	if err := w.h.RevokeMachine(ctx, n.MachineID); err != nil {
+		return err
+	}
 	if err := w.h.RemoveWorker(ctx, n.MachineID); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}

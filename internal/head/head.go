@@ -113,6 +113,13 @@ func New(ctx context.Context, cfg Config) (*Head, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.TLSAuto {
+		// Only the holder of the data dir writes its certificates.
+		if cfg, err = cfg.autoTLS(cfg.Clock.Now()); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	}
 	st, err := store.Open(ctx, cfg.dbPath(), store.Options{Durable: cfg.Durable, EventRetention: cfg.EventRetention})
 	if err != nil {
 		lock.Close()
@@ -145,11 +152,20 @@ func (h *Head) Store() *store.Store { return h.st }
 // Epoch returns this head's epoch.
 func (h *Head) Epoch() int64 { return h.epoch }
 
+// Scheme is "https" when the head serves TLS, else "http".
+func (h *Head) Scheme() string {
+	if h.cfg.TLSCertFile != "" {
+		return "https"
+	}
+	return "http"
+}
+
 // Handler returns the HTTP API.
 func (h *Head) Handler() http.Handler {
-	opts := api.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log}
+	opts := api.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log, MachineAuth: h.authMachine,
+		Extra: map[string]http.Handler{"POST /bootstrap": http.HandlerFunc(h.serveBootstrap)}}
 	if h.cfg.Registry != nil {
-		opts.Extra = map[string]http.Handler{"GET /metrics": promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})}
+		opts.Extra["GET /metrics"] = promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})
 	}
 	return api.NewHandler(h, opts)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/provider"
 )
 
 var start = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -672,7 +673,7 @@ func TestLogsProxy(t *testing.T) {
 		chunk.Content != "aGVsbG8=" || chunk.AvailableOffset != 10 || chunk.TotalSize != 15 {
 		t.Fatalf("logs: %d %+v", code, chunk)
 	}
-	if gotAuth != "Bearer join" || gotQuery != "limit=5&offset=10" {
+	if gotAuth != "Bearer "+provider.LogToken("join", "w") || gotQuery != "limit=5&offset=10" {
 		t.Fatalf("worker saw auth %q query %q", gotAuth, gotQuery)
 	}
 	if code := e.do("GET", "/instances/"+id+"/logs?offset=-1", nil, &out); code != 400 {

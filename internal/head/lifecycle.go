@@ -49,17 +49,25 @@ func lockDataDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// Listen checks cfg (defaults, and that an address beyond loopback has a
-// token or Insecure) and listens on its address, as Run does. Wiring that
-// builds its head with New and serves it with Serve listens with it.
-func Listen(cfg Config) (net.Listener, error) {
+// CheckConfig checks cfg as Listen and New would (defaults, and that an
+// address beyond loopback has a token or Insecure) without listening or
+// touching the data dir.
+func CheckConfig(cfg Config) error {
 	full, err := cfg.withDefaults()
 	if err != nil {
+		return err
+	}
+	return full.checkExposure()
+}
+
+// Listen checks cfg (CheckConfig) and listens on its address, as Run does.
+// Wiring that builds its head with New and serves it with Serve listens
+// with it.
+func Listen(cfg Config) (net.Listener, error) {
+	if err := CheckConfig(cfg); err != nil {
 		return nil, err
 	}
-	if err := full.checkExposure(); err != nil {
-		return nil, err
-	}
+	full, _ := cfg.withDefaults()
 	ln, err := net.Listen("tcp", full.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("head: listen on %s: %w (is another head running? use --port)", full.Addr, err)

@@ -2,11 +2,17 @@ package provider
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
+	"strings"
 	"unicode"
 )
 
@@ -25,7 +31,11 @@ const (
 )
 
 // Bootstrap is what a tide worker needs to join its cluster (BigFleet §13):
-// the head's address and a join token. Providers never look inside: they carry
+// the head's address and a join token; for a machine that joins over the
+// network also the CA certificate that signed the head's TLS certificate,
+// the pool and machine id it joins as, and the token the head presents to
+// its log server. Token is then a credential scoped to that one machine
+// (see DESIGN.md "Credentials"). Providers never look inside: they carry
 // the encoded blob from ConfigureRequest.Bootstrap to the machine (an
 // environment variable, cloud user-data), and the worker decodes it with
 // ParseBootstrap.
@@ -34,12 +44,38 @@ type Bootstrap struct {
 	Head string `json:"head"`
 	// Token is the join token the worker presents to the head.
 	Token string `json:"token"`
+	// CA is the PEM certificate of the CA the worker trusts for the head's
+	// https URL; empty: the system's roots.
+	CA string `json:"ca,omitempty"`
+	// Pool and Machine are the pool and worker name the machine joins as;
+	// a machine credential registers no other.
+	Pool    string `json:"pool,omitempty"`
+	Machine string `json:"machine,omitempty"`
+	// LogToken is what the head presents to the worker's log server.
+	LogToken string `json:"log_token,omitempty"`
 }
 
 type bootstrapWire struct {
-	Version int    `json:"version"`
-	Head    string `json:"head"`
-	Token   string `json:"token"`
+	Version  int    `json:"version"`
+	Head     string `json:"head"`
+	Token    string `json:"token"`
+	CA       string `json:"ca,omitempty"`
+	Pool     string `json:"pool,omitempty"`
+	Machine  string `json:"machine,omitempty"`
+	LogToken string `json:"log_token,omitempty"`
+}
+
+// LogToken derives the token a head presents to worker's log server from
+// the head's secret (its join token, else its admin token): a worker that
+// knows the secret recomputes it, a machine that joined with a bootstrap
+// blob gets only its own.
+func LogToken(secret, worker string) string {
+	if secret == "" {
+		return ""
+	}
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("tide-log-token\x00" + worker))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // Validate checks the fields; errors name the field.
@@ -61,6 +97,27 @@ func (b Bootstrap) Validate() error {
 	if b.Token == "" {
 		errs = append(errs, errors.New("bootstrap token: must be set"))
 	}
+	if b.CA != "" {
+		blk, _ := pem.Decode([]byte(b.CA))
+		if blk == nil || blk.Type != "CERTIFICATE" {
+			errs = append(errs, errors.New("bootstrap ca: not a PEM certificate"))
+		} else if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
+			errs = append(errs, fmt.Errorf("bootstrap ca: %w", err))
+		}
+	}
+	if b.Pool != "" {
+		if err := validName("pool", b.Pool); err != nil {
+			errs = append(errs, fmt.Errorf("bootstrap %w", err))
+		}
+	}
+	if b.Machine != "" {
+		if err := validName("machine", b.Machine); err != nil {
+			errs = append(errs, fmt.Errorf("bootstrap %w", err))
+		}
+	}
+	if len(b.LogToken) > maxBootstrapToken || strings.ContainsFunc(b.LogToken, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) {
+		errs = append(errs, errors.New("bootstrap log_token: too long, or has spaces or control characters"))
+	}
 	for _, r := range b.Token {
 		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
 			errs = append(errs, errors.New("bootstrap token: must not contain spaces or control characters"))
@@ -78,7 +135,8 @@ func (b Bootstrap) Marshal() ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(bootstrapWire{Version: BootstrapVersion, Head: b.Head, Token: b.Token}); err != nil {
+	if err := enc.Encode(bootstrapWire{Version: BootstrapVersion, Head: b.Head, Token: b.Token,
+		CA: b.CA, Pool: b.Pool, Machine: b.Machine, LogToken: b.LogToken}); err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
@@ -107,7 +165,7 @@ func ParseBootstrap(data []byte) (Bootstrap, error) {
 	if w.Version != BootstrapVersion {
 		return Bootstrap{}, fmt.Errorf("bootstrap version: got %d, want %d", w.Version, BootstrapVersion)
 	}
-	b := Bootstrap{Head: w.Head, Token: w.Token}
+	b := Bootstrap{Head: w.Head, Token: w.Token, CA: w.CA, Pool: w.Pool, Machine: w.Machine, LogToken: w.LogToken}
 	if err := b.Validate(); err != nil {
 		return Bootstrap{}, err
 	}

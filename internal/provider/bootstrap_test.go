@@ -1,8 +1,15 @@
 package provider
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"math/big"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestBootstrapRoundTrip(t *testing.T) {
@@ -26,7 +33,7 @@ func TestParseBootstrapErrors(t *testing.T) {
 	}{
 		{"empty", ``, "bootstrap: EOF"},
 		{"not json", `head=x`, "bootstrap: invalid character"},
-		{"unknown field", `{"version":1,"head":"http://h","token":"t","ca":"x"}`, `unknown field "ca"`},
+		{"unknown field", `{"version":1,"head":"http://h","token":"t","cert":"x"}`, `unknown field "cert"`},
 		{"old version", `{"version":0,"head":"http://h","token":"t"}`, "bootstrap version: got 0, want 1"},
 		{"no head", `{"version":1,"token":"t"}`, "bootstrap head: must be set"},
 		{"bad scheme", `{"version":1,"head":"ftp://h","token":"t"}`, "bootstrap head: \"ftp://h\" is not an http"},
@@ -60,6 +67,8 @@ func FuzzParseBootstrap(f *testing.F) {
 	f.Add([]byte(`{"version":2}`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`{"version":1,"head":"http://h","token":"t"}}`))
+	f.Add([]byte(`{"version":1,"head":"https://10.231.1.1:8000","token":"t","pool":"p","machine":"p-1","log_token":"l"}`))
+	f.Add([]byte(`{"version":1,"head":"https://h","token":"t","ca":"-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b, err := ParseBootstrap(data)
 		if err != nil {
@@ -77,4 +86,37 @@ func FuzzParseBootstrap(f *testing.F) {
 			t.Fatalf("round trip: %+v, %v; want %+v", again, err, b)
 		}
 	})
+}
+
+// TestBootstrapMachineFields: the CA, pool, machine and log token survive
+// a round trip, and bad ones are refused naming the field.
+func TestBootstrapMachineFields(t *testing.T) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	b := Bootstrap{Head: "https://10.231.1.1:8000", Token: "t", CA: ca, Pool: "gpu", Machine: "gpu-0-1", LogToken: LogToken("s", "gpu-0-1")}
+	blob, err := b.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := ParseBootstrap(blob); err != nil || again != b {
+		t.Fatalf("round trip: %+v %v", again, err)
+	}
+	for field, bad := range map[string]Bootstrap{
+		"bootstrap ca":        {Head: "https://h", Token: "t", CA: "not a certificate"},
+		"bootstrap pool":      {Head: "https://h", Token: "t", Pool: "a/b"},
+		"bootstrap machine":   {Head: "https://h", Token: "t", Machine: "-x"},
+		"bootstrap log_token": {Head: "https://h", Token: "t", LogToken: "a b"},
+	} {
+		if _, err := bad.Marshal(); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v", field, err)
+		}
+	}
+	if LogToken("s", "a") == LogToken("s", "b") || LogToken("s", "a") == LogToken("t", "a") || LogToken("", "a") != "" {
+		t.Error("log tokens are not per worker and per secret")
+	}
 }

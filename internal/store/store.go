@@ -216,6 +216,8 @@ CREATE INDEX instance_allocations_worker ON instance_allocations(worker_id);
 	journalSchema,
 	// 3: cordoned workers (cordon.go) and the events table (events.go).
 	cordonSchema + eventsSchema,
+	// 4: machines' join credentials (credentials.go).
+	credentialsSchema,
 }
 
 // SchemaVersion is the number of migrations this build knows.

@@ -38,6 +38,18 @@ type Config struct {
 	DataDir string
 	// Port is the head's port on 127.0.0.1 (8000 when zero).
 	Port int
+	// Addr, when set, is the head's listen address (host:port) instead:
+	// beyond loopback it needs Token. A netns pool needs the head on its
+	// bridge's gateway or on every address.
+	Addr string
+	// Token is the admin token the API requires; none when empty.
+	Token string
+	// TLS "auto" serves HTTPS with a CA and certificate kept under
+	// DataDir/tls (see package tlsauto); TLSCertFile and TLSKeyFile serve
+	// HTTPS with hand-made ones. TLSSANs are extra names for "auto".
+	TLS                     string
+	TLSCertFile, TLSKeyFile string
+	TLSSANs                 []string
 	// Binary is the tide executable the workers run (this process's when empty).
 	Binary string
 	// Logger receives logs; discarded when nil.
@@ -99,7 +111,15 @@ func Run(ctx context.Context, cfg Config) error {
 		pools = []config.Pool{p}
 	}
 	hc := cfg.Head
-	hc.DataDir, hc.Port, hc.Addr = cfg.DataDir, cmp.Or(cfg.Port, 8000), ""
+	hc.DataDir, hc.Port, hc.Addr, hc.Token = cfg.DataDir, cmp.Or(cfg.Port, 8000), cfg.Addr, cfg.Token
+	switch cfg.TLS {
+	case "":
+		hc.TLSCertFile, hc.TLSKeyFile = cfg.TLSCertFile, cfg.TLSKeyFile
+	case "auto":
+		hc.TLSAuto, hc.TLSHosts = true, cfg.TLSSANs
+	default:
+		return &assembly.ConfigError{Err: fmt.Errorf("up: --tls %q: the only mode is auto", cfg.TLS)}
+	}
 	a, err := assembly.New(ctx, assembly.Config{
 		ConfigPath: cfg.ConfigPath, Pools: pools, Head: hc, Binary: cfg.Binary,
 		ControllerID: "tide-up", Name: "tide up", Logger: cfg.Logger, Registry: cfg.Registry,

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -181,23 +182,24 @@ func DefaultOffering() (capacity.Offering, error) {
 }
 
 // WorkerCommand returns a Command that runs `binary worker` for a machine:
-// it decodes the bootstrap blob (provider.ParseBootstrap) and passes the
-// head, the machine id as --name, the data directory, the pool and the
-// offering's gpus and its cpu and memory (when set), with --stop-on-exit (a drained worker
-// takes its instances with it) and --log-addr 127.0.0.1:0 (workers sharing
-// this host need distinct log ports); extraArgs follow and may override
-// them. The join token travels in TIDE_JOIN_TOKEN, not on the command line
-// where ps shows it; TIDE_TOKEN is not passed on.
+// it checks the bootstrap blob (provider.ParseBootstrap) and hands it to
+// the worker on its standard input (`--bootstrap -`), so the join
+// credential is neither on the command line, where ps shows it, nor in the
+// environment its instances inherit. It passes the machine id as --name,
+// the data directory, the pool and the offering's gpus and its cpu and
+// memory (when set), with --stop-on-exit (a drained worker takes its
+// instances with it) and --log-addr 127.0.0.1:0 (workers sharing this host
+// need distinct log ports); extraArgs follow and may override them.
+// TIDE_TOKEN and TIDE_JOIN_TOKEN are not passed on.
 func WorkerCommand(binary string, extraArgs ...string) func(Worker) (*exec.Cmd, error) {
 	extra := slices.Clone(extraArgs)
 	return func(w Worker) (*exec.Cmd, error) {
-		b, err := provider.ParseBootstrap(w.Bootstrap)
-		if err != nil {
+		if _, err := provider.ParseBootstrap(w.Bootstrap); err != nil {
 			return nil, err
 		}
 		r := w.Offering.Resources
 		args := []string{"worker",
-			"--head", b.Head,
+			"--bootstrap", "-",
 			"--name", w.MachineID,
 			"--data-dir", w.DataDir,
 			"--pool", w.Pool,
@@ -221,7 +223,8 @@ func WorkerCommand(binary string, extraArgs ...string) func(Worker) (*exec.Cmd, 
 			}
 			env = append(env, kv)
 		}
-		cmd.Env = append(env, "TIDE_JOIN_TOKEN="+b.Token)
+		cmd.Env = env
+		cmd.Stdin = bytes.NewReader(slices.Clone(w.Bootstrap))
 		return cmd, nil
 	}
 }

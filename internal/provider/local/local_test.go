@@ -5,6 +5,7 @@ package local
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -602,14 +603,17 @@ func TestWorkerCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"/bin/tide", "worker", "--head", "http://127.0.0.1:8000", "--name", "gpu-0-1", "--data-dir", "/d",
+	want := []string{"/bin/tide", "worker", "--bootstrap", "-", "--name", "gpu-0-1", "--data-dir", "/d",
 		"--pool", "gpu", "--gpus", "2", "--stop-on-exit", "--log-addr", "127.0.0.1:0", "--cpu", "1500m", "--memory", "2Gi",
 		"--label", "x=y"}
 	if !slices.Equal(cmd.Args, want) {
 		t.Fatalf("args\n got %q\nwant %q", cmd.Args, want)
 	}
-	if !slices.Contains(cmd.Env, "TIDE_JOIN_TOKEN=join-secret") || slices.Contains(cmd.Env, "TIDE_TOKEN=admin-secret") {
-		t.Fatal("the join token is not in the environment, or the admin token leaks to the worker")
+	if slices.ContainsFunc(cmd.Env, func(kv string) bool { return strings.Contains(kv, "secret") }) {
+		t.Fatal("a token leaks to the worker's environment")
+	}
+	if in, err := io.ReadAll(cmd.Stdin); err != nil || string(in) != string(blob) {
+		t.Fatalf("the worker's stdin is %q (%v), want the blob", in, err)
 	}
 	if slices.ContainsFunc(cmd.Args, func(a string) bool { return strings.Contains(a, "secret") }) {
 		t.Fatal("a token is on the command line")
