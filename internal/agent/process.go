@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,31 +95,6 @@ type exitEvent struct {
 
 // killEvent reports that a stopping process's grace period is over.
 type killEvent struct{ key key }
-
-// portPool hands out instance ports from a range, bind-testing each.
-type portPool struct {
-	min, max int
-	used     map[int]bool
-}
-
-// allocate returns the lowest free port that can be bound now, or 0.
-func (pp *portPool) allocate() int {
-	for p := pp.min; p <= pp.max; p++ {
-		if pp.used[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", ":"+strconv.Itoa(p))
-		if err != nil {
-			continue // taken by something else on this machine
-		}
-		ln.Close()
-		pp.used[p] = true
-		return p
-	}
-	return 0
-}
-
-func (pp *portPool) release(p int) { delete(pp.used, p) }
 
 // instanceEnv builds the environment of an instance: the worker's (without
 // its secrets), the user's env, then tide's overrides: PORT, and
@@ -481,8 +455,9 @@ func (a *Agent) recoverOne(k key, rec runRecord) *proc {
 		if rec.Stopped {
 			p.phase = phaseStopping
 		}
-		if p.port > 0 {
-			a.ports.used[p.port] = true
+		if p.port > 0 && !a.ports.hold(p.port) {
+			a.log.Warn("the port of an adopted instance is reserved by another worker on this host",
+				"instance", k.ID, "port", p.port)
 		}
 		reader, err := os.OpenFile(filepath.Join(a.runDir(k), "out.fifo"), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
