@@ -27,7 +27,9 @@
 //	GET    /health
 //
 // Auth: with an admin token, every route but /health, worker registration
-// and heartbeats needs "Authorization: Bearer <token>" (401 otherwise).
+// and heartbeats needs "Authorization: Bearer <token>", or HTTP Basic
+// credentials whose password is the token (any user name; PyLet's client
+// sends those for "http://:TOKEN@head:8000"); 401 otherwise.
 // Registration needs the join token (or the admin token) when one is set;
 // heartbeats carry the per-worker token PyLet issues at registration.
 package api
@@ -157,10 +159,18 @@ func NewHandler(b Backend, opts Options) http.Handler {
 	return http.MaxBytesHandler(mux, opts.MaxBodyBytes)
 }
 
+// bearer returns the token a request presents: "Authorization: Bearer
+// <token>", or the password of HTTP Basic credentials with any user name,
+// which is how PyLet's Python client sends a token it was given as the
+// head address's userinfo (pylet.init("http://:TOKEN@head:8000")). The
+// header is never logged.
 func bearer(r *http.Request) string {
 	h := r.Header.Get("Authorization")
 	if t, ok := strings.CutPrefix(h, "Bearer "); ok {
 		return strings.TrimSpace(t)
+	}
+	if _, pass, ok := r.BasicAuth(); ok {
+		return pass
 	}
 	return ""
 }

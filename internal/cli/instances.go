@@ -38,7 +38,12 @@ func newSubmitCmd(s Streams) *cobra.Command {
 		Use:   "submit [flags] [--] COMMAND...",
 		Short: "Submit an instance: a command with CPU, memory and GPU requests",
 		Long: `Submit an instance: a command with its resource requests (PyLet's submit).
-The command is the remaining arguments joined by spaces; flags go before it.
+Flags go before the command. One argument is a shell command line, run as
+written ('echo $HOME | wc -c'); several arguments are one command whose
+boundaries are kept: each is shell-quoted and the quoted words joined, as
+PyLet's Python client does for a list (shlex.join), so
+"tide submit -- sh -c 'exit 3'" runs sh with the two arguments -c and
+"exit 3", and exits 3.
 
 A TOML job file (-c) can hold every field: command (a string, or an array that
 is shell-quoted), name, venv, replicas, restart_policy, max_restarts, pool,
@@ -120,8 +125,11 @@ func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(st
 		RestartPolicy: job.RestartPolicy, MaxRestarts: job.MaxRestarts, Pool: job.Pool, Daemon: job.Daemon,
 		ResourceRequirements: &api.ResourceSpec{CPUCores: job.CPUCores, GPUUnits: job.GPUs, MemoryMB: job.MemoryMB}}
 	req.Command = job.Command
-	if len(args) > 0 {
-		c := strings.Join(args, " ")
+	switch {
+	case len(args) == 1:
+		req.Command = &args[0] // one argument is a shell command line
+	case len(args) > 1:
+		c := shellJoin(args) // keep the boundaries: sh -c 'exit 3' stays three words
 		req.Command = &c
 	}
 	if req.Command == nil || strings.TrimSpace(*req.Command) == "" {
