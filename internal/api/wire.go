@@ -78,8 +78,9 @@ type SubmitResponse struct {
 
 // InstanceJSON is PyLet's instance response plus tide's extensions.
 type InstanceJSON struct {
-	InstanceID              string            `json:"instance_id"`
-	Name                    string            `json:"name"`
+	InstanceID string `json:"instance_id"`
+	// Name is the user-provided name, or null (PyLet's "or None").
+	Name                    *string           `json:"name"`
 	Command                 string            `json:"command"`
 	Status                  string            `json:"status"`
 	DisplayStatus           string            `json:"display_status"`
@@ -127,7 +128,7 @@ func timePtr(t time.Time) *string {
 // InstanceFrom renders a stored instance as PyLet does.
 func InstanceFrom(in *store.Instance) InstanceJSON {
 	out := InstanceJSON{
-		InstanceID: in.ID, Name: in.Name, Command: in.Command, Status: string(in.Status),
+		InstanceID: in.ID, Name: strPtr(in.GivenName()), Command: in.Command, Status: string(in.Status),
 		DisplayStatus: in.DisplayStatus(), Attempt: in.Attempt, AssignedTo: strPtr(in.AssignedWorker),
 		Endpoint: strPtr(in.Endpoint), Port: in.Port, ExitCode: in.ExitCode, FailureReason: strPtr(in.FailureReason),
 		CreatedAt: timePtr(in.CreatedAt), AssignedAt: timePtr(in.AssignedAt), StartedAt: timePtr(in.StartedAt),

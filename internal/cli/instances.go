@@ -88,7 +88,7 @@ the defaults (1 CPU core, no GPU, 512 MB).`,
 	f.Float64Var(&sf.cpu, "cpu-cores", 1, "CPU cores (fractions allowed)")
 	f.Int64Var(&sf.gpus, "gpu-units", 0, "GPUs")
 	f.Int64Var(&sf.memMB, "memory-mb", 512, "memory in MB")
-	f.StringVar(&sf.name, "name", "", "instance name (unique; default: the id's first 8 characters)")
+	f.StringVar(&sf.name, "name", "", "instance name (unique; default: none, the instance is known by its id)")
 	f.StringVar(&sf.target, "target-worker", "", "run on this worker (by name)")
 	f.StringVar(&sf.gpuIdx, "gpu-indices", "", "exact GPUs on the target worker, e.g. 0,1")
 	f.BoolVar(&sf.exclusive, "exclusive", true, "hold the GPUs exclusively")
@@ -298,7 +298,7 @@ func printInstances(w io.Writer, ins []api.InstanceJSON, wide bool) error {
 	}
 	fmt.Fprintln(tw, hdr)
 	for _, in := range ins {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\t%v\t%v\t%v", in.InstanceID, in.Name, in.DisplayStatus, in.Attempt,
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%v\t%v\t%v\t%v", in.InstanceID, deref(in.Name), in.DisplayStatus, in.Attempt,
 			deref(in.AssignedTo), deref(in.Endpoint), deref(in.ExitCode), deref(in.CreatedAt))
 		if wide {
 			var lbl []string
@@ -355,7 +355,7 @@ func newGetCmd(s Streams) *cobra.Command {
 				k string
 				v any
 			}{
-				{"id", in.InstanceID}, {"name", in.Name}, {"command", in.Command}, {"status", in.DisplayStatus},
+				{"id", in.InstanceID}, {"name", deref(in.Name)}, {"command", in.Command}, {"status", in.DisplayStatus},
 				{"attempt", in.Attempt}, {"worker", deref(in.AssignedTo)}, {"endpoint", deref(in.Endpoint)},
 				{"exit code", deref(in.ExitCode)}, {"failure reason", deref(in.FailureReason)},
 				{"resources", fmt.Sprintf("cpu %g, memory %d MB, gpus %d", in.ResourceRequirements.CPUCores,

@@ -152,7 +152,7 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 		n := name
 		switch {
 		case n == "":
-			n = id[:8]
+			n = store.UnnamedName(id) // reads back null, as PyLet's does
 		case replicas > 1:
 			n = fmt.Sprintf("%s-%d", name, i)
 		}
@@ -190,6 +190,9 @@ func (h *Head) Instance(ctx context.Context, id string) (*store.Instance, error)
 
 // InstanceByName returns one instance by name.
 func (h *Head) InstanceByName(ctx context.Context, name string) (*store.Instance, error) {
+	if strings.HasPrefix(name, "/") {
+		return nil, store.ErrNotFound // an unnamed instance has no name to find it by
+	}
 	return h.st.GetInstanceByName(ctx, name)
 }
 
