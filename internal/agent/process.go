@@ -49,6 +49,8 @@ type runRecord struct {
 	Stopped     bool `json:"stopped,omitempty"`
 	ExitCode    *int `json:"exit_code,omitempty"`
 	StartFailed bool `json:"start_failed,omitempty"`
+	// FailureReason says why a process that never started did not.
+	FailureReason string `json:"failure_reason,omitempty"`
 }
 
 const (
@@ -170,9 +172,10 @@ func (a *Agent) start(d api.DesiredInstance) *proc {
 			p.port = 0
 		}
 		p.phase = phaseExited
-		p.outcome = outcome{Code: -1, StartFailed: true}
+		p.outcome = outcome{Code: -1, StartFailed: true, Reason: err.Error()}
 		code := -1
 		p.rec.Phase, p.rec.ExitCode, p.rec.StartFailed, p.rec.Port = recordExited, &code, true, 0
+		p.rec.FailureReason = p.outcome.Reason
 		if validInstanceID.MatchString(k.ID) {
 			if err := os.MkdirAll(a.runDir(k), 0o700); err == nil {
 				if err := a.writeRecord(k, &p.rec); err != nil {
@@ -187,6 +190,16 @@ func (a *Agent) start(d api.DesiredInstance) *proc {
 	}
 	if strings.TrimSpace(d.Command) == "" {
 		return fail(errors.New("empty command"))
+	}
+	if d.Venv != nil && *d.Venv != "" {
+		// PyLet sources bin/activate in the shell, which fails with no
+		// reason the head can show; say what is missing and where.
+		if _, err := os.Stat(filepath.Join(*d.Venv, "bin", "activate")); err != nil {
+			if _, derr := os.Stat(*d.Venv); derr != nil {
+				return fail(fmt.Errorf("venv %s not found on worker %s", *d.Venv, a.workerID))
+			}
+			return fail(fmt.Errorf("venv %s on worker %s has no bin/activate", *d.Venv, a.workerID))
+		}
 	}
 	p.port = a.ports.allocate()
 	if p.port == 0 {
@@ -446,7 +459,7 @@ func (a *Agent) recoverOne(k key, rec runRecord) *proc {
 		if rec.ExitCode != nil {
 			code = *rec.ExitCode
 		}
-		p.outcome = outcome{Code: code, Stopped: rec.Stopped, StartFailed: rec.StartFailed}
+		p.outcome = outcome{Code: code, Stopped: rec.Stopped, StartFailed: rec.StartFailed, Reason: rec.FailureReason}
 		p.port = 0
 		return p
 	case rec.PID > 0 && sameBoot && processAlive(rec.PID, rec.StartTicks):

@@ -209,6 +209,9 @@ type InstanceReport struct {
 	Status     string `json:"status"`
 	Port       *int   `json:"port,omitempty"`
 	ExitCode   *int   `json:"exit_code,omitempty"`
+	// FailureReason (tide's extension) says why an instance that never
+	// started did not, e.g. "venv /x/y not found on worker w1".
+	FailureReason string `json:"failure_reason,omitempty"`
 }
 
 // HeartbeatRequest is PyLet's heartbeat body.

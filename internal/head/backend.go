@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -31,9 +32,22 @@ const (
 	maxLabelValue = 255
 	maxReplicas   = 1000
 	maxNameLen    = 253
+	// maxFailureReason bounds a worker's failure reason.
+	maxFailureReason = 512
 	// DefaultLogPort is the worker log server's port when a worker names none.
 	DefaultLogPort = 15599
 )
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 func bad(format string, args ...any) error { return api.Errorf(http.StatusBadRequest, format, args...) }
 
@@ -372,7 +386,8 @@ func (h *Head) Heartbeat(ctx context.Context, worker string, req *api.HeartbeatR
 	reports := make([]store.Report, 0, len(req.Instances))
 	for _, r := range req.Instances {
 		reports = append(reports, store.Report{InstanceID: r.InstanceID, Attempt: r.Attempt,
-			Status: store.ReportStatus(r.Status), Port: r.Port, ExitCode: r.ExitCode})
+			Status: store.ReportStatus(r.Status), Port: r.Port, ExitCode: r.ExitCode,
+			FailureReason: truncate(r.FailureReason, maxFailureReason)})
 	}
 	res, err := h.st.ApplyHeartbeat(ctx, store.HeartbeatInput{WorkerID: worker, BootID: req.BootID, SeenGen: seen,
 		Reports: reports}, h.clk.Now())

@@ -216,6 +216,8 @@ type Report struct {
 	Status     ReportStatus
 	Port       *int
 	ExitCode   *int
+	// FailureReason is the worker's reason for a FAILED report (optional).
+	FailureReason string
 }
 
 // Assignment places one pending instance on a worker.
