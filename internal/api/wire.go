@@ -108,6 +108,10 @@ type InstanceJSON struct {
 	Restarts             int          `json:"restarts"`
 	Pool                 string       `json:"pool"`
 	Daemon               bool         `json:"daemon"`
+	// WaitingReason says why a PENDING instance is not placed yet, e.g.
+	// "no pool can fit cpu 4: largest offering local-1cpu has 1"; omitted
+	// when empty. Only this field is added to PyLet's shape for it.
+	WaitingReason string `json:"waiting_reason,omitempty"`
 }
 
 func strPtr(s string) *string {
