@@ -345,6 +345,7 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	for _, in := range ins {
 		out = append(out, InstanceFrom(in))
 	}
+	s.addWaitingReasons(r.Context(), ins, func(i int, why string) { out[i].WaitingReason = why })
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -393,7 +394,31 @@ func (s *server) byName(h instanceHandler) http.HandlerFunc {
 }
 
 func (s *server) get(w http.ResponseWriter, r *http.Request, in *store.Instance) {
-	writeJSON(w, http.StatusOK, InstanceFrom(in))
+	out := InstanceFrom(in)
+	s.addWaitingReasons(r.Context(), []*store.Instance{in}, func(i int, why string) {
+		out.WaitingReason = why
+	})
+	writeJSON(w, http.StatusOK, out)
+}
+
+// waitingReasoner is a Backend that says why pending instances wait.
+type waitingReasoner interface {
+	// WaitingReasons returns one reason per instance ("" when none).
+	WaitingReasons(ctx context.Context, ins []*store.Instance) []string
+}
+
+// addWaitingReasons sets the waiting_reason of each pending instance when
+// the backend knows it.
+func (s *server) addWaitingReasons(ctx context.Context, ins []*store.Instance, set func(int, string)) {
+	wr, ok := s.b.(waitingReasoner)
+	if !ok {
+		return
+	}
+	for i, why := range wr.WaitingReasons(ctx, ins) {
+		if why != "" {
+			set(i, why)
+		}
+	}
 }
 
 func (s *server) endpoint(w http.ResponseWriter, r *http.Request, in *store.Instance) {

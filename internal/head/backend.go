@@ -155,6 +155,18 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 	if req.Pool != nil {
 		pool = *req.Pool
 	}
+	if pool != "" {
+		// A pool no autoscaler runs and no worker joined would make the
+		// instance wait forever. A head that knows no pool yet (workers
+		// still to join) accepts any name.
+		known, names, err := h.knownPool(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		if !known && len(names) > 0 {
+			return nil, bad("pool %q does not exist; pools: %s", pool, strings.Join(names, ", "))
+		}
+	}
 	if pool == "" && target == nil && h.cfg.Route != nil {
 		pool = h.cfg.Route(req.Labels, res)
 	}

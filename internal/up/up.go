@@ -391,7 +391,7 @@ func poolStatus(pools []*pool) []head.PoolStatus {
 		cs, as := p.ctl.Status(), p.loop.Status()
 		ps := head.PoolStatus{Name: p.cfg.Name, Provider: p.cfg.Provider.Type, Policy: p.pol.Name(), Nodes: p.cfg.Nodes,
 			Desired: cs.Desired, Ready: cs.Current, Pending: cs.Pending, Draining: cs.Draining,
-			Reason: as.Reason, DecidedAt: as.At}
+			Reason: as.Reason, DecidedAt: as.At, Offerings: p.cfg.Offerings, Selector: p.cfg.Selector.Labels}
 		for _, n := range cs.Nodes {
 			state := head.NodePending
 			switch {
