@@ -603,7 +603,7 @@ func newDeleteCmd(s Streams) *cobra.Command {
 			if err != nil {
 				return headError(err)
 			}
-			fmt.Fprintf(s.Out, "deleted %d instances\n", len(ids))
+			fmt.Fprintf(s.Out, "deleted %s\n", counted(len(ids), "instance"))
 			return nil
 		},
 	}
@@ -659,4 +659,12 @@ func instanceReason(in *api.InstanceJSON) string {
 		return *in.FailureReason
 	}
 	return "-"
+}
+
+// counted is "1 instance", "2 instances".
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

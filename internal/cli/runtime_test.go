@@ -121,7 +121,7 @@ func TestInstanceCommandsEndToEnd(t *testing.T) {
 	if out := must("delete", id); out != "deleted "+id+"\n" {
 		t.Fatalf("delete: %q", out)
 	}
-	if out := must("delete", "--all", "--status", "failed", "-y"); out != "deleted 1 instances\n" {
+	if out := must("delete", "--all", "--status", "failed", "-y"); out != "deleted 1 instance\n" {
 		t.Fatalf("delete --all: %q", out)
 	}
 

@@ -467,8 +467,9 @@ func TestPoolsAndNodesMergeViews(t *testing.T) {
 	}
 	cpu := pools[0]
 	wantCPU := api.PoolJSON{Name: "cpu", Managed: true, Provider: "local", Policy: "tide",
-		// Counted from the nodes: the marked node still serves (ready).
-		NodeSpec: &api.NodeSpecJSON{Min: 0, Desired: 0, Max: 4, Elastic: true}, Desired: 3, Ready: 2, Pending: 1, Marked: 1,
+		// Counted from the nodes, one state each: the marked node has no
+		// worker yet, so it is pending.
+		NodeSpec: &api.NodeSpecJSON{Min: 0, Desired: 0, Max: 4, Elastic: true}, Desired: 3, Ready: 1, Pending: 2, Marked: 1,
 		Workers: 2, Queued: 0, Inflight: 1,
 		LastDecision:   &api.DecisionJSON{Reason: "3 queued need 3 nodes", Time: start.Add(-time.Minute), AgeSeconds: 70},
 		TotalResources: api.ResourcesOut{CPUCores: 16, MemoryMB: 32768},

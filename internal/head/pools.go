@@ -262,7 +262,13 @@ func (h *Head) assemble(ctx context.Context) ([]api.PoolJSON, [][]api.NodeJSON, 
 					p.Draining++
 				case NodePending:
 					p.Pending++
-				default: // ready, or marked and still serving
+				case NodeMarked: // serving if its worker is, else still joining
+					if n.WorkerStatus == string(store.WorkerOnline) {
+						p.Ready++
+					} else {
+						p.Pending++
+					}
+				default:
 					p.Ready++
 				}
 			}

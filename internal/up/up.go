@@ -346,11 +346,9 @@ func startPool(ctx context.Context, pc config.Pool, cfg Config, h *head.Head, bo
 		if e.Reason == policy.CodeAtMax {
 			typ = controller.TypeWarning
 		}
-		reason := "Desired" + strings.ToUpper(e.Reason[:1]) + e.Reason[1:]
-		if !e.Changed {
-			reason = "NotScaling"
-		}
-		emit(controller.Event{Time: e.Time, Pool: e.Pool, Type: typ, Reason: reason, Message: e.Message})
+		// The policy's code (scale-up, batching, at-max, ...): kebab-case,
+		// like every other event reason.
+		emit(controller.Event{Time: e.Time, Pool: e.Pool, Type: typ, Reason: e.Reason, Message: e.Message})
 	})
 	if err != nil {
 		return nil, err
