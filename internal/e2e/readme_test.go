@@ -213,6 +213,20 @@ func TestReadmeFirstHour(t *testing.T) {
 		}
 	}
 	t.Logf("$ %s\n%s", follow, out)
+	// Reasons share one style (kebab-case codes); a machine's events name
+	// their node.
+	kebab := regexp.MustCompile(`^[a-z]+(-[a-z]+)*$`)
+	for _, line := range strings.Split(out, "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 7 {
+			continue
+		}
+		if reason, node := f[5], f[6]; !kebab.MatchString(reason) {
+			t.Errorf("event reason %q is not a kebab-case code: %s", reason, line)
+		} else if (reason == "launched" || reason == "joined") && !strings.HasPrefix(node, "local-") {
+			t.Errorf("event of a machine names node %q: %s", node, line)
+		}
+	}
 
 	// Ctrl-C stops tide up.
 	if err := up.cmd.Process.Signal(os.Interrupt); err != nil {
