@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tide-project/tide/internal/api"
 )
@@ -150,4 +151,31 @@ func TestInstancesByIDOrName(t *testing.T) {
 		t.Fatalf("unnamed instance reads back name %q", *in.Name)
 	}
 	mustRun(t, ExitUsage, "get", anon[:8])
+}
+
+// TestWaitingWorkShowsWhyInTheCLI: `tide ls` has a REASON column and
+// `tide get` a waiting line for work that cannot be placed; --pool naming no
+// pool is refused (exit 2).
+func TestWaitingWorkShowsWhyInTheCLI(t *testing.T) {
+	t.Setenv("TIDE_HEAD", runtimeCluster(t))
+	t.Setenv("TIDE_TOKEN", "tok")
+	id := strings.TrimSpace(mustRun(t, ExitOK, "submit", "--name", "huge", "--cpu-cores", "4", "--", "true"))
+	var why string
+	for deadline := time.Now().Add(10 * time.Second); why == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		why = getJSON(t, id).WaitingReason
+	}
+	if why == "" {
+		t.Fatal("no waiting_reason for an instance no worker can fit")
+	}
+	ls := mustRun(t, ExitOK, "ls")
+	if !strings.Contains(strings.SplitN(ls, "\n", 2)[0], "REASON") || !strings.Contains(ls, why) {
+		t.Fatalf("ls lacks the reason %q:\n%s", why, ls)
+	}
+	if out := mustRun(t, ExitOK, "get", "huge"); !strings.Contains(out, "waiting:") || !strings.Contains(out, why) {
+		t.Fatalf("get lacks the reason %q:\n%s", why, out)
+	}
+	code, _, errs := runCLI("submit", "--pool", "nosuchpool", "--", "true")
+	if code != ExitUsage || !strings.Contains(errs, `pool "nosuchpool" does not exist`) {
+		t.Fatalf("submit --pool nosuchpool: exit %d, %q", code, errs)
+	}
 }

@@ -164,6 +164,11 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 			return nil, err
 		}
 		if !known && len(names) > 0 {
+			for i, n := range names {
+				if n == "" {
+					names[i] = "(default)"
+				}
+			}
 			return nil, bad("pool %q does not exist; pools: %s", pool, strings.Join(names, ", "))
 		}
 	}

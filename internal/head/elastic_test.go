@@ -187,6 +187,7 @@ func TestRouteSetsThePoolOfUnpooledSubmits(t *testing.T) {
 		}
 	})
 	e.register("t", 0)
+	e.registerIn("m", "mine") // a pool named at submit must exist
 	tests := []struct {
 		name   string
 		body   obj

@@ -293,8 +293,9 @@ func (h *Head) WaitingReasons(ctx context.Context, ins []*store.Instance) []stri
 }
 
 // knownPool reports whether name is an autoscaled pool or the pool of a
-// registered worker, and whether the head knows any pool at all (before the
-// first worker of a head without autoscalers joins, it knows none).
+// registered worker; names lists the pools the head knows ("" is the
+// default pool of workers that name none). Before the first worker of a
+// head without autoscalers joins, it knows none.
 func (h *Head) knownPool(ctx context.Context, name string) (known bool, names []string, err error) {
 	seen := map[string]bool{}
 	for _, ps := range h.poolStatuses() {
@@ -314,9 +315,7 @@ func (h *Head) knownPool(ctx context.Context, name string) (known bool, names []
 		seen[w.Pool] = true
 	}
 	for n := range seen {
-		if n != "" {
-			names = append(names, n)
-		}
+		names = append(names, n)
 	}
 	slices.Sort(names)
 	return false, names, nil
