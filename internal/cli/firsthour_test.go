@@ -164,8 +164,8 @@ func TestWaitingWorkShowsWhyInTheCLI(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); why == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		why = getJSON(t, id).WaitingReason
 	}
-	if why == "" {
-		t.Fatal("no waiting_reason for an instance no worker can fit")
+	if want := "no pool can fit cpu 4: largest worker w1 has 2"; why != want {
+		t.Fatalf("waiting_reason %q, want %q", why, want)
 	}
 	ls := mustRun(t, ExitOK, "ls")
 	if !strings.Contains(strings.SplitN(ls, "\n", 2)[0], "REASON") || !strings.Contains(ls, why) {

@@ -77,9 +77,6 @@ func WaitingReason(req WaitRequest, pools []PoolCapacity) (reason string, never 
 			return fmt.Sprintf("pool %s does not exist", req.Pool), true
 		}
 	} else {
-		if !managed {
-			return req.Scheduler, false
-		}
 		for i := range pools {
 			p := &pools[i]
 			if (p.Managed && selects(p.Selector, req.Labels)) || (p.Name == "" && len(p.Workers) > 0) {
@@ -87,6 +84,9 @@ func WaitingReason(req WaitRequest, pools []PoolCapacity) (reason string, never 
 			}
 		}
 		if len(cands) == 0 {
+			if !managed {
+				return req.Scheduler, false // no worker yet, none launched for it
+			}
 			return "no pool selects labels " + labelList(req.Labels), true
 		}
 	}
@@ -346,8 +346,7 @@ func (h *Head) reportUnfit(ctx context.Context, st *store.SchedulingState, waiti
 	managed := len(h.poolStatuses()) > 0
 	for _, p := range st.Pending {
 		why, unplaced := waiting[p.ID]
-		if !unplaced || h.checked[p.ID] || p.TargetWorker != "" || len(p.RequestedGPUIndices) > 0 ||
-			(p.Pool == "" && !managed) {
+		if !unplaced || h.checked[p.ID] || p.TargetWorker != "" || len(p.RequestedGPUIndices) > 0 {
 			continue
 		}
 		h.checked[p.ID] = true
@@ -355,7 +354,7 @@ func (h *Head) reportUnfit(ctx context.Context, st *store.SchedulingState, waiti
 			pools = h.poolCapacities(st.Workers)
 		}
 		req := WaitRequest{Pool: p.Pool, Requests: p.Requests, Scheduler: why}
-		if p.Pool == "" {
+		if p.Pool == "" && managed { // only then do selectors decide
 			in, err := h.st.GetInstance(ctx, p.ID)
 			if err != nil {
 				continue
