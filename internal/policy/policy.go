@@ -14,6 +14,7 @@ package policy
 import (
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
@@ -138,6 +139,9 @@ var oneOfMany = regexp.MustCompile(`(^|[^0-9.])1 ((?:queued |pending |new )?(?:n
 // count of one: "1 queued instance needs 1 node", not "1 queued instances
 // need 1 nodes".
 func singular(s string) string {
+	if !strings.Contains(s, "1 ") {
+		return s
+	}
 	return oneOfMany.ReplaceAllStringFunc(s, func(m string) string {
 		sm := oneOfMany.FindStringSubmatch(m)
 		out := sm[1] + "1 " + sm[2]
