@@ -1,6 +1,7 @@
 package up
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -264,13 +266,24 @@ func TestCtrlCDrainsEverything(t *testing.T) {
 	}
 }
 
-// workerPID returns the pid of the tide worker serving machine id.
+// workerPID returns the pid of the tide worker serving machine id. Only
+// this test process's children count: other test runs on the machine (other
+// checkouts) run workers with the same machine ids.
 func workerPID(t *testing.T, machineID string) int {
 	t.Helper()
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// stat is "pid (comm) state ppid ...".
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(os.Getpid()) {
 			continue
 		}
 		args := strings.Split(string(cmdline), "\x00")
