@@ -78,7 +78,7 @@ func TestFixedPoolSelfHeals(t *testing.T) {
 		victim = id
 		break
 	}
-	if err := syscall.Kill(workerPID(t, victim), syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(workerPID(t, r.dir, victim), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	r.eventually("the killed machine is replaced and the pool is 3 ready again", 30*time.Second, func() (bool, string) {
@@ -120,7 +120,7 @@ func TestPartialReadiness(t *testing.T) {
 	}
 	victims = victims[:2]
 	for _, m := range victims {
-		if err := syscall.Kill(workerPID(t, m), syscall.SIGKILL); err != nil {
+		if err := syscall.Kill(workerPID(t, r.dir, m), syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -321,7 +321,7 @@ func TestHeadRestartAdoptsThePool(t *testing.T) {
 	pids := map[string]int{}
 	for _, id := range ids {
 		m := *r.instance(id).AssignedTo
-		pids[m] = workerPID(t, m)
+		pids[m] = workerPID(t, r.dir, m)
 	}
 	if len(pids) != 2 {
 		t.Fatalf("the instances share a worker: %v", pids)
@@ -353,7 +353,7 @@ func TestHeadRestartAdoptsThePool(t *testing.T) {
 			fmt.Sprintf("%+v", p)
 	})
 	for m, pid := range pids {
-		if got := workerPID(t, m); got != pid {
+		if got := workerPID(t, r.dir, m); got != pid {
 			t.Errorf("machine %s runs worker pid %d, want the adopted %d", m, got, pid)
 		}
 	}

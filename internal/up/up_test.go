@@ -1,7 +1,6 @@
 package up
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -266,24 +264,15 @@ func TestCtrlCDrainsEverything(t *testing.T) {
 	}
 }
 
-// workerPID returns the pid of the tide worker serving machine id. Only
-// this test process's children count: other test runs on the machine (other
-// checkouts) run workers with the same machine ids.
-func workerPID(t *testing.T, machineID string) int {
+// workerPID returns the pid of the tide worker serving machine id under
+// dir (the run's data). Other test runs on the machine (other checkouts)
+// run workers with the same machine ids; dir tells them apart.
+func workerPID(t *testing.T, dir, machineID string) int {
 	t.Helper()
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// stat is "pid (comm) state ppid ...".
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) < 2 || fields[1] != strconv.Itoa(os.Getpid()) {
+		if err != nil || !strings.Contains(string(cmdline), dir) {
 			continue
 		}
 		args := strings.Split(string(cmdline), "\x00")
@@ -317,7 +306,7 @@ func TestNodeLoss(t *testing.T) {
 	if victim.AssignedTo == nil {
 		t.Fatal("the running instance has no worker")
 	}
-	pid := workerPID(t, *victim.AssignedTo)
+	pid := workerPID(t, r.dir, *victim.AssignedTo)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
