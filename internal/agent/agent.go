@@ -113,7 +113,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("worker", id.Name), clk: cfg.Clock, id: id, workerID: id.Name,
 		bootID: uuid.NewString(), boot: machineBootID(), host: host,
 		logs:  newLogSet(filepath.Join(cfg.DataDir, "logs"), cfg.LogSegmentBytes, cfg.LogMaxFiles),
-		ports: &portPool{min: cfg.PortMin, max: cfg.PortMax, used: map[int]bool{}},
+		ports: newPortPool(cfg.PortMin, cfg.PortMax, cfg.PortLockDir),
 		procs: map[key]*proc{}, events: make(chan any, 64), quit: make(chan struct{}),
 		results: make(chan headResult, 1)}
 	if err := a.recover(); err != nil {
@@ -136,6 +136,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	a.log.Info("worker starting", "head", cfg.HeadURL, "host", host, "logs", ln.Addr().String(),
 		"resources", cfg.Resources.String(), "adopted", len(a.procs))
 	a.loop(ctx, ln.Addr())
+	defer a.ports.releaseAll()
 	defer func() { err = errors.Join(err, a.fatal) }()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -149,6 +150,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // abandon ends the goroutines of adopted processes when Run fails early.
 func (a *Agent) abandon() {
 	close(a.quit)
+	a.ports.releaseAll()
 	for _, p := range a.procs {
 		if p.reader != nil {
 			p.reader.Close()

@@ -377,7 +377,7 @@ func TestPyLetA14_11_PortPoolBindTests(t *testing.T) {
 	}
 	defer ln.Close()
 	taken := ln.Addr().(*net.TCPAddr).Port
-	pp := &portPool{min: taken, max: taken + 1, used: map[int]bool{}}
+	pp := newPortPool(taken, taken+1, t.TempDir())
 	// The first port is bound by another process: PyLet would hand it out
 	// (A14.11); tide skips it.
 	if p := pp.allocate(); p != taken+1 {
@@ -548,7 +548,7 @@ func TestRecoverFindsProcessStartedBeforeCrash(t *testing.T) {
 	dir := t.TempDir()
 	a := &Agent{cfg: Config{DataDir: dir, AdoptPollInterval: time.Second}, log: slog.New(slog.DiscardHandler),
 		id: identity{UID: "uid-1", Name: "w"}, boot: machineBootID(), logs: newLogSet(filepath.Join(dir, "logs"), 1<<20, 2),
-		ports: &portPool{min: 1, max: 1, used: map[int]bool{}}, procs: map[key]*proc{}, quit: make(chan struct{})}
+		ports: newPortPool(1, 1, ""), procs: map[key]*proc{}, quit: make(chan struct{})}
 	defer a.abandon()
 	k := key{"inst", 3}
 	if err := os.MkdirAll(a.runDir(k), 0o700); err != nil {

@@ -68,6 +68,10 @@ type Config struct {
 	// PortMin and PortMax bound the PORT handed to instances (inclusive);
 	// every candidate is bind-tested first (A14.11). 15600..15700 when zero.
 	PortMin, PortMax int
+	// PortLockDir holds the host-wide port reservations that every worker
+	// on this machine shares, so two workers never hand out one port at
+	// once (see portPool). DefaultPortLockDir() when empty.
+	PortLockDir string
 	// DefaultGracePeriod is SIGTERM→SIGKILL for a process stopped without a
 	// grace period from the head; 30s.
 	DefaultGracePeriod time.Duration
@@ -146,6 +150,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.PortMin < 1 || cfg.PortMax > 65535 || cfg.PortMin > cfg.PortMax {
 		return cfg, fmt.Errorf("worker config: port range %d-%d is invalid", cfg.PortMin, cfg.PortMax)
+	}
+	if cfg.PortLockDir == "" {
+		cfg.PortLockDir = DefaultPortLockDir()
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +49,8 @@ type runRecord struct {
 	Stopped     bool `json:"stopped,omitempty"`
 	ExitCode    *int `json:"exit_code,omitempty"`
 	StartFailed bool `json:"start_failed,omitempty"`
+	// FailureReason says why a process that never started did not.
+	FailureReason string `json:"failure_reason,omitempty"`
 }
 
 const (
@@ -96,31 +97,6 @@ type exitEvent struct {
 
 // killEvent reports that a stopping process's grace period is over.
 type killEvent struct{ key key }
-
-// portPool hands out instance ports from a range, bind-testing each.
-type portPool struct {
-	min, max int
-	used     map[int]bool
-}
-
-// allocate returns the lowest free port that can be bound now, or 0.
-func (pp *portPool) allocate() int {
-	for p := pp.min; p <= pp.max; p++ {
-		if pp.used[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", ":"+strconv.Itoa(p))
-		if err != nil {
-			continue // taken by something else on this machine
-		}
-		ln.Close()
-		pp.used[p] = true
-		return p
-	}
-	return 0
-}
-
-func (pp *portPool) release(p int) { delete(pp.used, p) }
 
 // instanceEnv builds the environment of an instance: the worker's (without
 // its secrets), the user's env, then tide's overrides: PORT, and
@@ -196,9 +172,10 @@ func (a *Agent) start(d api.DesiredInstance) *proc {
 			p.port = 0
 		}
 		p.phase = phaseExited
-		p.outcome = outcome{Code: -1, StartFailed: true}
+		p.outcome = outcome{Code: -1, StartFailed: true, Reason: err.Error()}
 		code := -1
 		p.rec.Phase, p.rec.ExitCode, p.rec.StartFailed, p.rec.Port = recordExited, &code, true, 0
+		p.rec.FailureReason = p.outcome.Reason
 		if validInstanceID.MatchString(k.ID) {
 			if err := os.MkdirAll(a.runDir(k), 0o700); err == nil {
 				if err := a.writeRecord(k, &p.rec); err != nil {
@@ -213,6 +190,16 @@ func (a *Agent) start(d api.DesiredInstance) *proc {
 	}
 	if strings.TrimSpace(d.Command) == "" {
 		return fail(errors.New("empty command"))
+	}
+	if d.Venv != nil && *d.Venv != "" {
+		// PyLet sources bin/activate in the shell, which fails with no
+		// reason the head can show; say what is missing and where.
+		if _, err := os.Stat(filepath.Join(*d.Venv, "bin", "activate")); err != nil {
+			if _, derr := os.Stat(*d.Venv); derr != nil {
+				return fail(fmt.Errorf("venv %s not found on worker %s", *d.Venv, a.workerID))
+			}
+			return fail(fmt.Errorf("venv %s on worker %s has no bin/activate", *d.Venv, a.workerID))
+		}
 	}
 	p.port = a.ports.allocate()
 	if p.port == 0 {
@@ -472,7 +459,7 @@ func (a *Agent) recoverOne(k key, rec runRecord) *proc {
 		if rec.ExitCode != nil {
 			code = *rec.ExitCode
 		}
-		p.outcome = outcome{Code: code, Stopped: rec.Stopped, StartFailed: rec.StartFailed}
+		p.outcome = outcome{Code: code, Stopped: rec.Stopped, StartFailed: rec.StartFailed, Reason: rec.FailureReason}
 		p.port = 0
 		return p
 	case rec.PID > 0 && sameBoot && processAlive(rec.PID, rec.StartTicks):
@@ -481,8 +468,9 @@ func (a *Agent) recoverOne(k key, rec runRecord) *proc {
 		if rec.Stopped {
 			p.phase = phaseStopping
 		}
-		if p.port > 0 {
-			a.ports.used[p.port] = true
+		if p.port > 0 && !a.ports.hold(p.port) {
+			a.log.Warn("the port of an adopted instance is reserved by another worker on this host",
+				"instance", k.ID, "port", p.port)
 		}
 		reader, err := os.OpenFile(filepath.Join(a.runDir(k), "out.fifo"), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {

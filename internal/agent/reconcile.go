@@ -116,6 +116,9 @@ type outcome struct {
 	Stopped bool
 	// StartFailed says it never ran (no port, exec failure).
 	StartFailed bool
+	// Reason says why a process that never started did not; reported as
+	// the instance's failure reason.
+	Reason string
 }
 
 // reportView is what a heartbeat report needs about one local process.
@@ -157,6 +160,7 @@ func buildReports(local []reportView, lastDesired []api.DesiredInstance) []api.I
 				r.Status = "COMPLETED"
 			default:
 				r.Status = "FAILED"
+				r.FailureReason = l.Outcome.Reason
 			}
 		}
 		out = append(out, r)

@@ -27,7 +27,9 @@
 //	GET    /health
 //
 // Auth: with an admin token, every route but /health, worker registration
-// and heartbeats needs "Authorization: Bearer <token>" (401 otherwise).
+// and heartbeats needs "Authorization: Bearer <token>", or HTTP Basic
+// credentials whose password is the token (any user name; PyLet's client
+// sends those for "http://:TOKEN@head:8000"); 401 otherwise.
 // Registration needs the join token (or the admin token) when one is set,
 // or a machine credential (Options.MachineAuth) minted for exactly the
 // worker id and pool it registers; heartbeats carry the per-worker token
@@ -164,10 +166,18 @@ func NewHandler(b Backend, opts Options) http.Handler {
 	return http.MaxBytesHandler(mux, opts.MaxBodyBytes)
 }
 
+// bearer returns the token a request presents: "Authorization: Bearer
+// <token>", or the password of HTTP Basic credentials with any user name,
+// which is how PyLet's Python client sends a token it was given as the
+// head address's userinfo (pylet.init("http://:TOKEN@head:8000")). The
+// header is never logged.
 func bearer(r *http.Request) string {
 	h := r.Header.Get("Authorization")
 	if t, ok := strings.CutPrefix(h, "Bearer "); ok {
 		return strings.TrimSpace(t)
+	}
+	if _, pass, ok := r.BasicAuth(); ok {
+		return pass
 	}
 	return ""
 }
@@ -342,6 +352,7 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	for _, in := range ins {
 		out = append(out, InstanceFrom(in))
 	}
+	s.addWaitingReasons(r.Context(), ins, func(i int, why string) { out[i].WaitingReason = why })
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -390,7 +401,31 @@ func (s *server) byName(h instanceHandler) http.HandlerFunc {
 }
 
 func (s *server) get(w http.ResponseWriter, r *http.Request, in *store.Instance) {
-	writeJSON(w, http.StatusOK, InstanceFrom(in))
+	out := InstanceFrom(in)
+	s.addWaitingReasons(r.Context(), []*store.Instance{in}, func(i int, why string) {
+		out.WaitingReason = why
+	})
+	writeJSON(w, http.StatusOK, out)
+}
+
+// waitingReasoner is a Backend that says why pending instances wait.
+type waitingReasoner interface {
+	// WaitingReasons returns one reason per instance ("" when none).
+	WaitingReasons(ctx context.Context, ins []*store.Instance) []string
+}
+
+// addWaitingReasons sets the waiting_reason of each pending instance when
+// the backend knows it.
+func (s *server) addWaitingReasons(ctx context.Context, ins []*store.Instance, set func(int, string)) {
+	wr, ok := s.b.(waitingReasoner)
+	if !ok {
+		return
+	}
+	for i, why := range wr.WaitingReasons(ctx, ins) {
+		if why != "" {
+			set(i, why)
+		}
+	}
 }
 
 func (s *server) endpoint(w http.ResponseWriter, r *http.Request, in *store.Instance) {

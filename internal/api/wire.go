@@ -101,8 +101,9 @@ type SubmitResponse struct {
 
 // InstanceJSON is PyLet's instance response plus tide's extensions.
 type InstanceJSON struct {
-	InstanceID              string            `json:"instance_id"`
-	Name                    string            `json:"name"`
+	InstanceID string `json:"instance_id"`
+	// Name is the user-provided name, or null (PyLet's "or None").
+	Name                    *string           `json:"name"`
 	Command                 string            `json:"command"`
 	Status                  string            `json:"status"`
 	DisplayStatus           string            `json:"display_status"`
@@ -130,6 +131,10 @@ type InstanceJSON struct {
 	Restarts             int          `json:"restarts"`
 	Pool                 string       `json:"pool"`
 	Daemon               bool         `json:"daemon"`
+	// WaitingReason says why a PENDING instance is not placed yet, e.g.
+	// "no pool can fit cpu 4: largest offering local-1cpu has 1"; omitted
+	// when empty. Only this field is added to PyLet's shape for it.
+	WaitingReason string `json:"waiting_reason,omitempty"`
 }
 
 func strPtr(s string) *string {
@@ -150,7 +155,7 @@ func timePtr(t time.Time) *string {
 // InstanceFrom renders a stored instance as PyLet does.
 func InstanceFrom(in *store.Instance) InstanceJSON {
 	out := InstanceJSON{
-		InstanceID: in.ID, Name: in.Name, Command: in.Command, Status: string(in.Status),
+		InstanceID: in.ID, Name: strPtr(in.GivenName()), Command: in.Command, Status: string(in.Status),
 		DisplayStatus: in.DisplayStatus(), Attempt: in.Attempt, AssignedTo: strPtr(in.AssignedWorker),
 		Endpoint: strPtr(in.Endpoint), Port: in.Port, ExitCode: in.ExitCode, FailureReason: strPtr(in.FailureReason),
 		CreatedAt: timePtr(in.CreatedAt), AssignedAt: timePtr(in.AssignedAt), StartedAt: timePtr(in.StartedAt),
@@ -231,6 +236,9 @@ type InstanceReport struct {
 	Status     string `json:"status"`
 	Port       *int   `json:"port,omitempty"`
 	ExitCode   *int   `json:"exit_code,omitempty"`
+	// FailureReason (tide's extension) says why an instance that never
+	// started did not, e.g. "venv /x/y not found on worker w1".
+	FailureReason string `json:"failure_reason,omitempty"`
 }
 
 // HeartbeatRequest is PyLet's heartbeat body.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -175,11 +174,9 @@ func (a *Assembly) newPool(ctx context.Context, pc config.Pool, build func() (pr
 		if e.Reason == policy.CodeAtMax {
 			typ = controller.TypeWarning
 		}
-		reason := "Desired" + strings.ToUpper(e.Reason[:1]) + e.Reason[1:]
-		if !e.Changed {
-			reason = "NotScaling"
-		}
-		emit(controller.Event{Time: e.Time, Pool: e.Pool, Type: typ, Reason: reason, Message: e.Message})
+		// The policy's code (scale-up, batching, at-max, ...): kebab-case,
+		// like every other event reason.
+		emit(controller.Event{Time: e.Time, Pool: e.Pool, Type: typ, Reason: e.Reason, Message: e.Message})
 	})
 	if err != nil {
 		p.release()
@@ -289,7 +286,7 @@ func (p *pool) status(retiring bool) head.PoolStatus {
 	cs, as := p.ctl.Status(), p.loop.Status()
 	ps := head.PoolStatus{Name: p.cfg.Name, Provider: p.cfg.Provider.Type, Policy: p.pol.Name(), Nodes: p.cfg.Nodes,
 		Desired: cs.Desired, Ready: cs.Current, Pending: cs.Pending, Draining: cs.Draining,
-		Reason: as.Reason, DecidedAt: as.At}
+		Reason: as.Reason, DecidedAt: as.At, Offerings: p.cfg.Offerings, Selector: p.cfg.Selector.Labels}
 	if retiring {
 		ps.Nodes = capacity.Fixed(0)
 		ps.Reason = "removed from the config: draining its nodes"

@@ -8,17 +8,30 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tide-project/tide/internal/client"
 )
 
-// Exit codes.
+// Exit codes: one rule for every command (README, "Exit codes").
 const (
 	ExitOK    = 0
-	ExitError = 1 // something failed at run time
+	ExitError = 1 // the operation failed, or `tide result` of a FAILED or CANCELLED instance
 	ExitUsage = 2 // bad flags or bad input: fix the command or the file
+	// ExitUnreachable: no head answers at the address (not started, wrong
+	// --head or TIDE_HEAD).
+	ExitUnreachable = 3
 )
+
+// exitStatus ends a command with a code and no further message: what
+// happened is already printed (tide result of a failed instance).
+type exitStatus struct{ code int }
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 // inputError marks an error caused by the user's input (exit code 2).
 type inputError struct{ err error }
@@ -46,6 +59,15 @@ func Main(ctx context.Context, args []string, s Streams) int {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
+	}
+	var es exitStatus
+	if errors.As(err, &es) {
+		return es.code
+	}
+	if head, ok := unreachable(err); ok {
+		fmt.Fprintf(s.Err, "tide: cannot reach the head at %s: %v\n"+
+			"tide: start one with `tide up`, or point --head (or %s) at a running head\n", head, rootCause(err), client.EnvHead)
+		return ExitUnreachable
 	}
 	fmt.Fprintf(s.Err, "tide: %v\n", err)
 	var ie inputError
@@ -93,4 +115,36 @@ func isFlagError(err error) bool {
 		}
 	}
 	return false
+}
+
+// unreachable reports whether err is a failure to connect to the head (no
+// listener, unknown host, no route), and the head's address: the request
+// never reached a head, so the operation did nothing.
+func unreachable(err error) (string, bool) {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return "", false
+	}
+	var op *net.OpError
+	var dns *net.DNSError
+	if !(errors.As(ue.Err, &op) && op.Op == "dial") && !errors.As(ue.Err, &dns) {
+		return "", false
+	}
+	head := ue.URL
+	if u, perr := url.Parse(ue.URL); perr == nil {
+		head = u.Scheme + "://" + u.Host
+	}
+	return head, true
+}
+
+// rootCause is the innermost error of a chain (e.g. "connect: connection
+// refused").
+func rootCause(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
 }

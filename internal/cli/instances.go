@@ -38,7 +38,12 @@ func newSubmitCmd(s Streams) *cobra.Command {
 		Use:   "submit [flags] [--] COMMAND...",
 		Short: "Submit an instance: a command with CPU, memory and GPU requests",
 		Long: `Submit an instance: a command with its resource requests (PyLet's submit).
-The command is the remaining arguments joined by spaces; flags go before it.
+Flags go before the command. One argument is a shell command line, run as
+written ('echo $HOME | wc -c'); several arguments are one command whose
+boundaries are kept: each is shell-quoted and the quoted words joined, as
+PyLet's Python client does for a list (shlex.join), so
+"tide submit -- sh -c 'exit 3'" runs sh with the two arguments -c and
+"exit 3", and exits 3.
 
 A TOML job file (-c) can hold every field: command (a string, or an array that
 is shell-quoted), name, venv, replicas, restart_policy, max_restarts, pool,
@@ -83,7 +88,7 @@ the defaults (1 CPU core, no GPU, 512 MB).`,
 	f.Float64Var(&sf.cpu, "cpu-cores", 1, "CPU cores (fractions allowed)")
 	f.Int64Var(&sf.gpus, "gpu-units", 0, "GPUs")
 	f.Int64Var(&sf.memMB, "memory-mb", 512, "memory in MB")
-	f.StringVar(&sf.name, "name", "", "instance name (unique; default: the id's first 8 characters)")
+	f.StringVar(&sf.name, "name", "", "instance name (unique; default: none, the instance is known by its id)")
 	f.StringVar(&sf.target, "target-worker", "", "run on this worker (by name)")
 	f.StringVar(&sf.gpuIdx, "gpu-indices", "", "exact GPUs on the target worker, e.g. 0,1")
 	f.BoolVar(&sf.exclusive, "exclusive", true, "hold the GPUs exclusively")
@@ -120,8 +125,11 @@ func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(st
 		RestartPolicy: job.RestartPolicy, MaxRestarts: job.MaxRestarts, Pool: job.Pool, Daemon: job.Daemon,
 		ResourceRequirements: &api.ResourceSpec{CPUCores: job.CPUCores, GPUUnits: job.GPUs, MemoryMB: job.MemoryMB}}
 	req.Command = job.Command
-	if len(args) > 0 {
-		c := strings.Join(args, " ")
+	switch {
+	case len(args) == 1:
+		req.Command = &args[0] // one argument is a shell command line
+	case len(args) > 1:
+		c := shellJoin(args) // keep the boundaries: sh -c 'exit 3' stays three words
 		req.Command = &c
 	}
 	if req.Command == nil || strings.TrimSpace(*req.Command) == "" {
@@ -288,9 +296,10 @@ func printInstances(w io.Writer, ins []api.InstanceJSON, wide bool) error {
 	if wide {
 		hdr += "\tCPU\tMEM_MB\tGPUS\tLABELS"
 	}
+	hdr += "\tREASON"
 	fmt.Fprintln(tw, hdr)
 	for _, in := range ins {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\t%v\t%v\t%v", in.InstanceID, in.Name, in.DisplayStatus, in.Attempt,
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%v\t%v\t%v\t%v", in.InstanceID, deref(in.Name), in.DisplayStatus, in.Attempt,
 			deref(in.AssignedTo), deref(in.Endpoint), deref(in.ExitCode), deref(in.CreatedAt))
 		if wide {
 			var lbl []string
@@ -300,18 +309,24 @@ func printInstances(w io.Writer, ins []api.InstanceJSON, wide bool) error {
 			fmt.Fprintf(tw, "\t%g\t%d\t%d\t%s", in.ResourceRequirements.CPUCores, in.ResourceRequirements.MemoryMB,
 				in.ResourceRequirements.GPUUnits, strings.Join(lbl, ","))
 		}
-		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "\t%s\n", instanceReason(&in))
 	}
 	return tw.Flush()
 }
 
-// instanceArg resolves ID or --name to an instance.
+// instanceArg resolves ID, NAME or --name to an instance: an argument is
+// looked up as an id first, then as a name.
 func instanceArg(ctx context.Context, c *client.Client, args []string, name string) (*api.InstanceJSON, error) {
 	switch {
 	case len(args) == 1 && name != "":
 		return nil, badInput(errors.New("give an instance id or --name, not both"))
 	case len(args) == 1:
 		in, err := c.Instance(ctx, args[0])
+		if client.IsNotFound(err) {
+			if in, err = c.InstanceByName(ctx, args[0]); client.IsNotFound(err) {
+				return nil, badInput(fmt.Errorf("no instance with id or name %q", args[0]))
+			}
+		}
 		return in, headError(err)
 	case name != "":
 		in, err := c.InstanceByName(ctx, name)
@@ -324,7 +339,7 @@ func newGetCmd(s Streams) *cobra.Command {
 	var cf clientFlags
 	var out, name string
 	cmd := &cobra.Command{
-		Use:   "get [ID | --name NAME]",
+		Use:   "get [ID | NAME | --name NAME]",
 		Short: "Show one instance",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -347,13 +362,14 @@ func newGetCmd(s Streams) *cobra.Command {
 				k string
 				v any
 			}{
-				{"id", in.InstanceID}, {"name", in.Name}, {"command", in.Command}, {"status", in.DisplayStatus},
+				{"id", in.InstanceID}, {"name", deref(in.Name)}, {"command", in.Command}, {"status", in.DisplayStatus},
 				{"attempt", in.Attempt}, {"worker", deref(in.AssignedTo)}, {"endpoint", deref(in.Endpoint)},
 				{"exit code", deref(in.ExitCode)}, {"failure reason", deref(in.FailureReason)},
+				{"waiting", orDash(in.WaitingReason)},
 				{"resources", fmt.Sprintf("cpu %g, memory %d MB, gpus %d", in.ResourceRequirements.CPUCores,
 					in.ResourceRequirements.MemoryMB, in.ResourceRequirements.GPUUnits)},
 				{"gpu indices", fmt.Sprint(in.GPUIndices)}, {"exclusive", in.Exclusive},
-				{"target worker", deref(in.TargetWorker)}, {"labels", in.Labels}, {"env", in.Env},
+				{"target worker", deref(in.TargetWorker)}, {"labels", kvList(in.Labels)}, {"env", kvList(in.Env)},
 				{"restart policy", fmt.Sprintf("%s (%d of %d restarts)", in.RestartPolicy, in.Restarts, in.MaxRestarts)},
 				{"pool", in.Pool}, {"created", deref(in.CreatedAt)}, {"assigned", deref(in.AssignedAt)},
 				{"started", deref(in.StartedAt)}, {"ended", deref(in.EndedAt)},
@@ -380,7 +396,7 @@ func newLogsCmd(s Streams) *cobra.Command {
 		poll   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "logs [ID | --name NAME]",
+		Use:   "logs [ID | NAME | --name NAME]",
 		Short: "Print an instance's output (stdout and stderr), optionally following it",
 		Long: `Print an instance's output (stdout and stderr together). With -f, keep printing
 until the instance has finished. Offsets survive the worker's log rotation: a
@@ -432,7 +448,7 @@ func newCancelCmd(s Streams) *cobra.Command {
 	var name string
 	var grace time.Duration
 	cmd := &cobra.Command{
-		Use:   "cancel [ID | --name NAME]",
+		Use:   "cancel [ID | NAME | --name NAME]",
 		Short: "Cancel an instance: SIGTERM, then SIGKILL after the grace period",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -471,9 +487,12 @@ func newResultCmd(s Streams) *cobra.Command {
 	var wait bool
 	var poll time.Duration
 	cmd := &cobra.Command{
-		Use:   "result [ID | --name NAME]",
+		Use:   "result [ID | NAME | --name NAME]",
 		Short: "Show how an instance ended (or that it has not yet)",
-		Args:  cobra.MaximumNArgs(1),
+		Long: `Show how an instance ended, or that it has not yet. The exit status is 0 when it
+COMPLETED (or has not finished, without --wait) and 1 when it FAILED or was
+CANCELLED, so scripts can rely on it.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(out); err != nil {
 				return err
@@ -500,16 +519,29 @@ func newResultCmd(s Streams) *cobra.Command {
 				case <-time.After(poll):
 				}
 			}
-			if out == "json" {
-				return writeJSONOut(s.Out, r)
+			if r.Status == "CANCELLED" {
+				// PyLet's answer is {"cancelled": true}: take the exit code
+				// from the instance, so result and get agree.
+				if fresh, err := c.Instance(cmd.Context(), in.InstanceID); err == nil {
+					r.ExitCode = fresh.ExitCode
+				}
 			}
-			switch {
-			case !r.Done:
-				fmt.Fprintf(s.Out, "%s: not yet completed\n", in.InstanceID)
-			case r.Status == "FAILED":
-				fmt.Fprintf(s.Out, "%s: FAILED exit_code=%v failure_reason=%v\n", in.InstanceID, deref(r.ExitCode), deref(r.FailureReason))
-			default:
-				fmt.Fprintf(s.Out, "%s: %s exit_code=%v\n", in.InstanceID, r.Status, deref(r.ExitCode))
+			if out == "json" {
+				if err := writeJSONOut(s.Out, r); err != nil {
+					return err
+				}
+			} else {
+				switch {
+				case !r.Done:
+					fmt.Fprintf(s.Out, "%s: not yet completed\n", in.InstanceID)
+				case r.Status == "FAILED":
+					fmt.Fprintf(s.Out, "%s: FAILED exit_code=%v failure_reason=%v\n", in.InstanceID, deref(r.ExitCode), deref(r.FailureReason))
+				default:
+					fmt.Fprintf(s.Out, "%s: %s exit_code=%v\n", in.InstanceID, r.Status, deref(r.ExitCode))
+				}
+			}
+			if r.Status == "FAILED" || r.Status == "CANCELLED" {
+				return exitStatus{ExitError} // scripts can rely on it
 			}
 			return nil
 		},
@@ -571,7 +603,7 @@ func newDeleteCmd(s Streams) *cobra.Command {
 			if err != nil {
 				return headError(err)
 			}
-			fmt.Fprintf(s.Out, "deleted %d instances\n", len(ids))
+			fmt.Fprintf(s.Out, "deleted %s\n", counted(len(ids), "instance"))
 			return nil
 		},
 	}
@@ -596,4 +628,43 @@ func confirm(s Streams, q string) (bool, error) {
 	}
 	a := strings.ToLower(strings.TrimSpace(line))
 	return a == "y" || a == "yes", nil
+}
+
+// kvList renders a map as sorted k=v pairs separated by commas; "-" when empty.
+func kvList(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	out := make([]string, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		out = append(out, k+"="+m[k])
+	}
+	return strings.Join(out, ",")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// instanceReason is the REASON column: why a pending instance waits, or why
+// a failed one failed.
+func instanceReason(in *api.InstanceJSON) string {
+	switch {
+	case in.WaitingReason != "":
+		return in.WaitingReason
+	case in.FailureReason != nil:
+		return *in.FailureReason
+	}
+	return "-"
+}
+
+// counted is "1 instance", "2 instances".
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -87,8 +87,8 @@ func TestInstanceCommandsEndToEnd(t *testing.T) {
 	if out := must("logs", "--name", "hello", "--tail", "6"); out != "world\n" {
 		t.Fatalf("logs --tail: %q", out)
 	}
-	if out := must("result", other, "--wait", "--poll", "20ms"); !strings.Contains(out, "FAILED exit_code=3") {
-		t.Fatalf("result: %q", out)
+	if code, out, _ := runCLI("result", other, "--wait", "--poll", "20ms"); code != ExitError || !strings.Contains(out, "FAILED exit_code=3") {
+		t.Fatalf("result of a failed instance: exit %d, %q", code, out)
 	}
 	if out := must("ls", "-q", "--label", "app=demo", "--label", "tier=web"); out != id+"\n" {
 		t.Fatalf("ls with two labels: %q", out)
@@ -115,13 +115,13 @@ func TestInstanceCommandsEndToEnd(t *testing.T) {
 	if out := must("logs", "-f", "--poll", "20ms", long); out != "" {
 		t.Fatalf("logs -f of a cancelled sleep: %q", out)
 	}
-	if out := must("result", long, "--wait", "--poll", "20ms"); !strings.Contains(out, "CANCELLED") {
-		t.Fatalf("result after cancel: %q", out)
+	if code, out, _ := runCLI("result", long, "--wait", "--poll", "20ms"); code != ExitError || !strings.Contains(out, "CANCELLED") {
+		t.Fatalf("result after cancel: exit %d, %q", code, out)
 	}
 	if out := must("delete", id); out != "deleted "+id+"\n" {
 		t.Fatalf("delete: %q", out)
 	}
-	if out := must("delete", "--all", "--status", "failed", "-y"); out != "deleted 1 instances\n" {
+	if out := must("delete", "--all", "--status", "failed", "-y"); out != "deleted 1 instance\n" {
 		t.Fatalf("delete --all: %q", out)
 	}
 
@@ -130,13 +130,13 @@ func TestInstanceCommandsEndToEnd(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"get", id}, ExitUsage, "Instance not found"},
+		{[]string{"get", id}, ExitUsage, "no instance with id or name"},
 		{[]string{"cancel", long}, ExitUsage, "terminal state"},
 		{[]string{"get"}, ExitUsage, "give an instance id or --name"},
 		{[]string{"ls", "--status", "sleeping"}, ExitUsage, "Invalid status"},
 		{[]string{"workers", "delete", "w1"}, ExitUsage, "not OFFLINE"},
 		{[]string{"ls", "--token", "wrong"}, ExitError, "401"},
-		{[]string{"ls", "--head", "http://127.0.0.1:1"}, ExitError, "connection refused"},
+		{[]string{"ls", "--head", "http://127.0.0.1:1"}, ExitUnreachable, "tide up"},
 		{[]string{"delete", "--all"}, ExitUsage, "not confirmed"},
 	}
 	for _, c := range errCases {

@@ -62,9 +62,7 @@ once (workers left running are adopted by the next start).`,
 			if cfg.TLS != "" || cfg.TLSCertFile != "" {
 				scheme = "https"
 			}
-			cfg.OnListen = func(a net.Addr) {
-				fmt.Fprintf(s.Out, "tide is up: head at %s://%s (Ctrl-C to stop)\n", scheme, a)
-			}
+			cfg.OnListen = func(a net.Addr) { fmt.Fprintln(s.Out, upLine(scheme, a)) }
 			if cfg.ConfigPath != "" {
 				hup := make(chan os.Signal, 1)
 				signal.Notify(hup, syscall.SIGHUP)
@@ -86,4 +84,23 @@ once (workers left running are adopted by the next start).`,
 	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key (PEM)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug messages")
 	return cmd
+}
+
+// upLine is the one line `tide up` prints once it listens: where the head
+// is and where to look next.
+func upLine(scheme string, a net.Addr) string {
+	url := scheme + "://" + a.String()
+	next := "tide pools"
+	if tcp, ok := a.(*net.TCPAddr); ok && tcp.Port != 8000 {
+		next = "TIDE_HEAD=" + url + " tide pools"
+	}
+	return fmt.Sprintf("tide is up: head at %s (port %s); watch it with `%s` or `tide events -f`; Ctrl-C to stop",
+		url, portOf(a), next)
+}
+
+func portOf(a net.Addr) string {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		return fmt.Sprint(tcp.Port)
+	}
+	return a.String()
 }

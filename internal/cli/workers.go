@@ -103,7 +103,7 @@ func newDeleteWorkerCmd(s Streams) *cobra.Command {
 			if err != nil {
 				return headError(err)
 			}
-			fmt.Fprintf(s.Out, "deleted %d workers\n", len(ids))
+			fmt.Fprintf(s.Out, "deleted %s\n", counted(len(ids), "worker"))
 			return nil
 		},
 	}

@@ -39,8 +39,10 @@ type Client struct {
 }
 
 // New returns a client for the head at headURL ("http://host:port", or
-// PyLet's "host:port"). token is sent as a bearer token when non-empty. A
-// nil hc means a client with a 60s timeout.
+// PyLet's "host:port"). token is sent as a bearer token when non-empty; the
+// password of a URL with userinfo ("http://:TOKEN@host:port", PyLet's way of
+// passing a token) is the token when token is empty. A nil hc means a
+// client with a 60s timeout.
 func New(headURL, token string, hc *http.Client) (*Client, error) {
 	if headURL == "" {
 		return nil, errors.New("client: head URL is empty")
@@ -54,6 +56,14 @@ func New(headURL, token string, hc *http.Client) (*Client, error) {
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("client: head URL %q must be http(s)://host:port", headURL)
+	}
+	if u.User != nil {
+		// PyLet's form "http://:TOKEN@head:8000": the password is the token.
+		// It is kept out of the base URL, which error messages print.
+		if p, ok := u.User.Password(); ok && token == "" {
+			token = p
+		}
+		u.User = nil
 	}
 	if hc == nil {
 		hc = &http.Client{Timeout: 60 * time.Second}

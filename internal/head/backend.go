@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -32,9 +33,22 @@ const (
 	maxLabelValue = 255
 	maxReplicas   = 1000
 	maxNameLen    = 253
+	// maxFailureReason bounds a worker's failure reason.
+	maxFailureReason = 512
 	// DefaultLogPort is the worker log server's port when a worker names none.
 	DefaultLogPort = 15599
 )
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 func bad(format string, args ...any) error { return api.Errorf(http.StatusBadRequest, format, args...) }
 
@@ -142,6 +156,23 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 	if req.Pool != nil {
 		pool = *req.Pool
 	}
+	if pool != "" {
+		// A pool no autoscaler runs and no worker joined would make the
+		// instance wait forever. A head that knows no pool yet (workers
+		// still to join) accepts any name.
+		known, names, err := h.knownPool(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		if !known && len(names) > 0 {
+			for i, n := range names {
+				if n == "" {
+					names[i] = "(default)"
+				}
+			}
+			return nil, bad("pool %q does not exist; pools: %s", pool, strings.Join(names, ", "))
+		}
+	}
 	if pool == "" && target == nil && h.cfg.Route != nil {
 		pool = h.cfg.Route(req.Labels, res)
 	}
@@ -153,7 +184,7 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 		n := name
 		switch {
 		case n == "":
-			n = id[:8]
+			n = store.UnnamedName(id) // reads back null, as PyLet's does
 		case replicas > 1:
 			n = fmt.Sprintf("%s-%d", name, i)
 		}
@@ -191,6 +222,9 @@ func (h *Head) Instance(ctx context.Context, id string) (*store.Instance, error)
 
 // InstanceByName returns one instance by name.
 func (h *Head) InstanceByName(ctx context.Context, name string) (*store.Instance, error) {
+	if strings.HasPrefix(name, "/") {
+		return nil, store.ErrNotFound // an unnamed instance has no name to find it by
+	}
 	return h.st.GetInstanceByName(ctx, name)
 }
 
@@ -370,7 +404,8 @@ func (h *Head) Heartbeat(ctx context.Context, worker string, req *api.HeartbeatR
 	reports := make([]store.Report, 0, len(req.Instances))
 	for _, r := range req.Instances {
 		reports = append(reports, store.Report{InstanceID: r.InstanceID, Attempt: r.Attempt,
-			Status: store.ReportStatus(r.Status), Port: r.Port, ExitCode: r.ExitCode})
+			Status: store.ReportStatus(r.Status), Port: r.Port, ExitCode: r.ExitCode,
+			FailureReason: truncate(r.FailureReason, maxFailureReason)})
 	}
 	res, err := h.st.ApplyHeartbeat(ctx, store.HeartbeatInput{WorkerID: worker, BootID: req.BootID, SeenGen: seen,
 		Reports: reports}, h.clk.Now())

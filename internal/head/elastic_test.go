@@ -191,6 +191,7 @@ func TestRouteSetsThePoolOfUnpooledSubmits(t *testing.T) {
 		}
 	})
 	e.register("t", 0)
+	e.registerIn("m", "mine") // a pool named at submit must exist
 	tests := []struct {
 		name   string
 		body   obj
@@ -441,7 +442,16 @@ func TestPoolsAndNodesMergeViews(t *testing.T) {
 	run := e.submit(obj{"command": "x", "pool": "cpu", "resource_requirements": obj{"cpu_cores": 2, "memory_mb": 1024}})
 	d := e.submit(obj{"command": "d", "pool": "cpu", "daemon": true, "target_worker": "cpu-0-1",
 		"resource_requirements": obj{"cpu_cores": 1, "memory_mb": 512}})
-	e.submit(obj{"command": "q", "pool": "gpu"})
+	// A submit to a pool that does not exist is refused (issue 17); an
+	// instance left in a pool that was since removed from the config stays
+	// queued there.
+	if code := e.do("POST", "/instances", obj{"command": "q", "pool": "gpu"}, nil); code != 400 {
+		t.Fatalf("submit to no pool: %d", code)
+	}
+	if err := e.h.Store().InsertInstances(ctx, []store.Instance{{ID: "q-gpu", Name: "q", Command: "q", Pool: "gpu",
+		Requests: capacity.Resources{MilliCPU: 1000}}}, start); err != nil {
+		t.Fatal(err)
+	}
 	e.schedule()
 	if in := e.instance(run); in.AssignedTo == nil || *in.AssignedTo != "cpu-0-1" {
 		t.Fatalf("run placed on %v", in.AssignedTo)
@@ -462,7 +472,9 @@ func TestPoolsAndNodesMergeViews(t *testing.T) {
 	}
 	cpu := pools[0]
 	wantCPU := api.PoolJSON{Name: "cpu", Managed: true, Provider: "local", Policy: "tide",
-		NodeSpec: &api.NodeSpecJSON{Min: 0, Desired: 0, Max: 4, Elastic: true}, Desired: 3, Ready: 1, Pending: 1, Marked: 1,
+		// Counted from the nodes, one state each: the marked node has no
+		// worker yet, so it is pending.
+		NodeSpec: &api.NodeSpecJSON{Min: 0, Desired: 0, Max: 4, Elastic: true}, Desired: 3, Ready: 1, Pending: 2, Marked: 1,
 		Workers: 2, Queued: 0, Inflight: 1,
 		LastDecision:   &api.DecisionJSON{Reason: "3 queued need 3 nodes", Time: start.Add(-time.Minute), AgeSeconds: 70},
 		TotalResources: api.ResourcesOut{CPUCores: 16, MemoryMB: 32768},

@@ -2,6 +2,7 @@ package head
 
 import (
 	"context"
+	"regexp"
 
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/store"
@@ -11,9 +12,29 @@ import (
 // Reason and Message; the store assigns ID.
 type Event = store.Event
 
-// FromController converts a pool controller's event (it names no node).
+// FromController converts a pool controller's event. The controller's
+// event names no node, but its messages do, in two fixed forms: "machine
+// <id>" (the node's name, as `tide nodes` shows it) and "node <ordinal>";
+// the NODE column takes the machine id, else "#<ordinal>".
 func FromController(e controller.Event) Event {
-	return Event{Time: e.Time, Pool: e.Pool, Type: e.Type, Reason: e.Reason, Message: e.Message}
+	return Event{Time: e.Time, Pool: e.Pool, Node: eventNode(e.Message), Type: e.Type, Reason: e.Reason, Message: e.Message}
+}
+
+var (
+	machineRef = regexp.MustCompile(`\bmachine ([A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])`)
+	nodeRef    = regexp.MustCompile(`^(?:node|drain|abort-drain|terminate) (\d+)\b`)
+)
+
+// eventNode is the node a controller event's message is about; "" when it
+// names none (or several).
+func eventNode(msg string) string {
+	if m := machineRef.FindStringSubmatch(msg); m != nil {
+		return m[1]
+	}
+	if m := nodeRef.FindStringSubmatch(msg); m != nil {
+		return "#" + m[1]
+	}
+	return ""
 }
 
 // followBatch is how many events a follower reads per query.

@@ -62,6 +62,12 @@ type Head struct {
 
 	mu       sync.Mutex
 	pressure map[string]capacity.Pressure
+	// waiting is the last scheduling pass's reason per unplaced instance.
+	waiting map[string]string
+	// checked holds the pending instances already checked for fitting no
+	// pool (each that fits none gets one event), under checkMu.
+	checkMu sync.Mutex
+	checked map[string]bool
 	// poolStatus is Config.PoolStatus, replaced by SetPoolStatus.
 	poolStatus atomic.Pointer[func() []PoolStatus]
 
@@ -299,6 +305,10 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	}
 	h.m.placed.Add(float64(len(applied)))
 	h.m.cycle.Observe(time.Since(start).Seconds())
+	h.mu.Lock()
+	h.waiting = res.Waiting
+	h.mu.Unlock()
+	h.reportUnfit(ctx, st, res.Waiting)
 	h.publish(res.Pressure)
 	return len(applied), nil
 }

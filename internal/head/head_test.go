@@ -165,14 +165,26 @@ func TestSubmitAndGetShapes(t *testing.T) {
 		}
 	}
 	in := e.instance(id)
-	if in.Status != "PENDING" || in.DisplayStatus != "PENDING" || in.Attempt != 0 || in.Name != id[:8] ||
+	if in.Status != "PENDING" || in.DisplayStatus != "PENDING" || in.Attempt != 0 || in.Name != nil ||
 		!in.Exclusive || in.Labels["app"] != "x" || in.GPUIndices != nil || in.AssignedTo != nil ||
 		*in.CreatedAt != start.Format(api.TimeFormat) || in.ResourceRequirements.CPUCores != 1 ||
 		in.ResourceRequirements.MemoryMB != 512 {
 		t.Fatalf("instance: %+v", in)
 	}
+	// PyLet's name is "user-provided name, or None": null, not a made-up
+	// name that a later submit could collide with (issue 19).
+	if raw["name"] != nil {
+		t.Fatalf("name of an unnamed instance = %#v, want null", raw["name"])
+	}
+	for _, n := range []string{id[:8], "%2F" + id} {
+		if code := e.do("GET", "/instances/by-name/"+n, nil, nil); code != 404 {
+			t.Fatalf("by-name %s of an unnamed instance: %d, want 404", n, code)
+		}
+	}
+	named := e.submit(obj{"command": "echo hi", "name": id[:8]})
 	var byName api.InstanceJSON
-	if code := e.do("GET", "/instances/by-name/"+id[:8], nil, &byName); code != 200 || byName.InstanceID != id {
+	if code := e.do("GET", "/instances/by-name/"+id[:8], nil, &byName); code != 200 || byName.InstanceID != named ||
+		byName.Name == nil || *byName.Name != id[:8] {
 		t.Fatalf("by-name: %d %+v", code, byName)
 	}
 	var nf obj
@@ -241,8 +253,8 @@ func TestReplicasAndMultiLabelFilter(t *testing.T) {
 		t.Fatalf("replicas: %d %+v", code, out)
 	}
 	for i, id := range out.InstanceIDs {
-		if n := e.instance(id).Name; n != fmt.Sprintf("svc-%d", i) {
-			t.Fatalf("replica %d name %q", i, n)
+		if n := e.instance(id).Name; n == nil || *n != fmt.Sprintf("svc-%d", i) {
+			t.Fatalf("replica %d name %v", i, n)
 		}
 	}
 	e.submit(obj{"command": "x", "labels": obj{"model": "m", "type": "store"}})

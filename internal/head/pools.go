@@ -46,6 +46,11 @@ type PoolStatus struct {
 	DecidedAt time.Time
 	// Machines are the pool's nodes, by ordinal.
 	Machines []MachineStatus
+	// Offerings are the machine kinds the pool may launch, and Selector the
+	// labels an instance needs for the pool to serve it: waiting instances
+	// that no pool can ever fit are told so (WaitingReason).
+	Offerings []capacity.Offering
+	Selector  map[string]string
 }
 
 // MachineStatus is one node of an autoscaled pool.
@@ -172,7 +177,9 @@ func (v *fleetView) node(pool string, ns *MachineStatus, w *store.Worker) api.No
 		}
 		out.Ordinal, out.MachineID, out.Offering = ns.Ordinal, ns.MachineID, ns.Offering
 		out.State = ns.State
-		if out.State == "" {
+		// A node whose worker has joined is ready, though its provider
+		// may not have said so yet.
+		if out.State == "" || out.State == NodePending {
 			out.State = NodePending
 			if w != nil && w.Status == store.WorkerOnline {
 				out.State = NodeReady
@@ -244,6 +251,27 @@ func (h *Head) assemble(ctx context.Context) ([]api.PoolJSON, [][]api.NodeJSON, 
 				p.Marked++
 			}
 			ns = append(ns, v.node(ps.Name, n, w))
+		}
+		if len(ns) > 0 {
+			// Count from the merged nodes, so each is counted once, in the
+			// state `tide nodes` shows (a draining node is not also ready).
+			p.Ready, p.Pending, p.Draining = 0, 0, 0
+			for _, n := range ns {
+				switch n.State {
+				case NodeDraining:
+					p.Draining++
+				case NodePending:
+					p.Pending++
+				case NodeMarked: // serving if its worker is, else still joining
+					if n.WorkerStatus == string(store.WorkerOnline) {
+						p.Ready++
+					} else {
+						p.Pending++
+					}
+				default:
+					p.Ready++
+				}
+			}
 		}
 		pools = append(pools, p)
 		nodes = append(nodes, ns)

@@ -13,6 +13,8 @@ package policy
 
 import (
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
@@ -126,7 +128,28 @@ func (r Reason) String() string {
 	for i := range args {
 		args[i] = r.Args[i]
 	}
-	return fmt.Sprintf(r.Format, args...)
+	return singular(fmt.Sprintf(r.Format, args...))
+}
+
+// oneOfMany matches a count of one with a plural noun ("1 nodes", "1
+// queued instances need"); formats are written for the plural.
+var oneOfMany = regexp.MustCompile(`(^|[^0-9.])1 ((?:queued |pending |new )?(?:node|instance|worker|datapoint|GPU))s\b( need\b)?`)
+
+// singular fixes the number of the nouns (and of "need") that follow a
+// count of one: "1 queued instance needs 1 node", not "1 queued instances
+// need 1 nodes".
+func singular(s string) string {
+	if !strings.Contains(s, "1 ") {
+		return s
+	}
+	return oneOfMany.ReplaceAllStringFunc(s, func(m string) string {
+		sm := oneOfMany.FindStringSubmatch(m)
+		out := sm[1] + "1 " + sm[2]
+		if sm[3] != "" {
+			out += " needs"
+		}
+		return out
+	})
 }
 
 // MarshalText renders the reason as its code and words, e.g. "scale-up: 12 queued ...".

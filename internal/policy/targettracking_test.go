@@ -217,7 +217,7 @@ func TestTargetTrackingDecide(t *testing.T) {
 			cfg:  ttConfig(t, capacity.Elastic(2, 4), 100, []capacity.Offering{ttM5}), desired: 3,
 			nodes: ttNodes(1, 0, 0), state: State{LowDatapoints: 14, LastDatapoint: ttT0.Add(-time.Minute)},
 			wantM: 1, wantPct: 33, wantMeth: MethodNoProvisioning, want: 2, wantCode: CodeAtMin,
-			wantText: "asks for 1 nodes; held at min 2",
+			wantText: "asks for 1 node; held at min 2",
 		},
 		{
 			name: "capacity already requested while nodes boot: no double scale-out",

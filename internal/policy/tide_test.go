@@ -200,7 +200,7 @@ func TestTideDecide(t *testing.T) {
 			nodes:   []capacity.Node{tideNode("a", 4)},
 			pending: []capacity.Pending{tidePending(tideTask, 4)}, state: waited,
 			want: 3, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 1}}, wantCost: 0.2,
-			wantText: "need 1 new nodes and 1 spare",
+			wantText: "need 1 new node and 1 spare",
 		},
 		{
 			name: "nodes already requested while they boot: no double provisioning, no cut",

@@ -432,7 +432,7 @@ func applyReport(ctx context.Context, tx *sql.Tx, worker, host string, r Report,
 		args = append(args, sql.Named("failure", 0), sql.Named("exit", nullInt(r.ExitCode)))
 	case ReportFailed:
 		q = finishFailed
-		args = append(args, sql.Named("failure", 1), sql.Named("exit", nullInt(r.ExitCode)), sql.Named("reason", ""))
+		args = append(args, sql.Named("failure", 1), sql.Named("exit", nullInt(r.ExitCode)), sql.Named("reason", r.FailureReason))
 	case ReportCancelled:
 		q = finishCancelled
 		args = append(args, sql.Named("failure", 1), sql.Named("exit", nullInt(r.ExitCode)),

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
@@ -77,10 +78,26 @@ const (
 	ReasonWorkerDeleted   = "WORKER_DELETED"
 )
 
+// UnnamedName is the unique name an instance submitted without a name is
+// stored under: "/" + its id. A '/' is refused in names given by users, so
+// it never collides with one, and PyLet's name field reads null for it.
+func UnnamedName(id string) string { return "/" + id }
+
+// GivenName is the name the instance was submitted with; "" when none.
+func (in *Instance) GivenName() string {
+	if strings.HasPrefix(in.Name, "/") {
+		return ""
+	}
+	return in.Name
+}
+
 // Instance is one row of the instances table with its current allocation.
 // Zero times mean NULL.
 type Instance struct {
-	ID      string
+	ID string
+	// Name is unique. An instance submitted without one is stored under
+	// UnnamedName(ID), which no user-given name can equal (names never
+	// contain '/'); GivenName reports "" for it.
 	Name    string
 	Command string
 	Status  Status
@@ -199,6 +216,8 @@ type Report struct {
 	Status     ReportStatus
 	Port       *int
 	ExitCode   *int
+	// FailureReason is the worker's reason for a FAILED report (optional).
+	FailureReason string
 }
 
 // Assignment places one pending instance on a worker.

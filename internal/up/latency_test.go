@@ -45,7 +45,8 @@ func TestLatencyQueuedToCreateToRunning(t *testing.T) {
 	for i := range trials {
 		r.eventually("the pool is empty", 30*time.Second, func() (bool, string) {
 			p := r.pool("lat")
-			return p.Ready == 0 && p.Pending == 0 && p.Desired == 0, fmt.Sprintf("%+v", p)
+			// A draining node is counted as draining only (not also ready).
+			return p.Ready == 0 && p.Pending == 0 && p.Draining == 0 && p.Desired == 0, fmt.Sprintf("%+v", p)
 		})
 		evs, err := r.cl.Events(ctx, client.EventOptions{Limit: 1})
 		if err != nil {

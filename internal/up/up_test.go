@@ -278,7 +278,7 @@ func workerPID(t *testing.T, dir, machineID string) int {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
+		if err != nil || !strings.Contains(string(cmdline), dir) {
 			continue
 		}
 		args := strings.Split(string(cmdline), "\x00")
