@@ -79,10 +79,10 @@ type Pool struct {
 	busy     idSet // subset of current: nodes running non-daemon work
 	marks    map[NodeID]time.Time
 
-	call    *provisionCall // the one outstanding Provision, or nil
+	call    *provisionCall    // the one outstanding Provision, or nil
 	plan    []capacity.Launch // the purchase not yet asked for, in order
-	backoff bool           // a provision failed: only a Tick may provision again
-	blocked string         // the last drain-blocked note, to not repeat it
+	backoff bool              // a provision failed: only a Tick may provision again
+	blocked string            // the last drain-blocked note, to not repeat it
 
 	now time.Time
 	out []Action
