@@ -142,6 +142,9 @@ func printDecision(w io.Writer, r decide.Result) error {
 		}
 		fmt.Fprintf(tw, "new nodes\t%s\n", list(mix))
 		fmt.Fprintf(tw, "cost of new nodes\t$%.2f/h\n", f.Cost)
+		if buy := f.Purchase(); buy != "" {
+			fmt.Fprintf(tw, "purchase\t%s\n", buy)
+		}
 		fmt.Fprintf(tw, "idle nodes\t%s\n", list(f.Idle))
 	}
 	state, err := json.Marshal(r.State)
