@@ -35,6 +35,7 @@ type knap struct {
 	open     float64 // the largest bound of a subtree the search left unexplored
 	nodes    int
 	limit    int
+	work     int // rough flops spent since reset
 	exact    bool
 }
 
@@ -100,7 +101,7 @@ func (k *knap) reset(nd int, capv, req []int64, value []float64, upper []int64, 
 	clear(k.cur)
 	k.best = slices.Grow(k.best[:0], m)[:m]
 	clear(k.best)
-	k.bestV, k.open, k.nodes, k.exact = 0, 0, 0, true
+	k.bestV, k.open, k.nodes, k.exact, k.work = 0, 0, 0, true, 0
 }
 
 func density(v, s float64) float64 {
@@ -125,6 +126,7 @@ func (k *knap) surrogate(free []int64) float64 {
 // can add to a node with free space free: the least of the fractional
 // knapsacks on the surrogate constraint and on each dimension alone.
 func (k *knap) bound(from int, free []int64) float64 {
+	k.work += (len(k.order) - from + 1) * (k.nd + 1) * (k.nd + 2)
 	b := k.surrogateBound(from, free)
 	for d, c := range k.cap {
 		if c <= 0 {
@@ -201,6 +203,12 @@ func (k *knap) solve(skip float64) (fill []int64, value, upper float64) {
 	root := math.Min(k.bound(0, k.free), k.lagrange())
 	if root <= skip {
 		return k.best, 0, root
+	}
+	if lp := k.lpBound(); lp < root {
+		root = lp * (1 + 1e-9) // the LP's rounding errors
+		if root <= skip {
+			return k.best, 0, root
+		}
 	}
 	k.greedy()
 	if k.bestV < root*(1-1e-12) {
@@ -302,6 +310,7 @@ func (k *knap) dfs(pos int, v float64) {
 // coordinate descent from zero, a few sweeps; each coordinate's minimum is
 // exact (the function is convex and piecewise linear in it).
 func (k *knap) lagrange() float64 {
+	k.work += 6 * (len(k.order) + 1) * k.nd * k.nd * 8
 	nd := k.nd
 	lam := make([]float64, nd)
 	u := make([]float64, len(k.value))
@@ -381,4 +390,38 @@ func (k *knap) lagrange() float64 {
 		best = v
 	}
 	return best
+}
+
+// lpBound returns the knapsack's LP relaxation (an upper bound on every
+// fill), solved exactly: capacities scaled to 1, one row per dimension and
+// one per shape's upper bound.
+func (k *knap) lpBound() float64 {
+	n := len(k.order)
+	if n == 0 {
+		return 0
+	}
+	var dimsUsed []int
+	for d, c := range k.cap {
+		if c > 0 {
+			dimsUsed = append(dimsUsed, d)
+		}
+	}
+	rows := len(dimsUsed) + n
+	k.work += rows * (2*n + rows) * (n + rows) * 2
+	a := make([]float64, rows*n)
+	b := make([]float64, rows)
+	c := make([]float64, n)
+	for j, i := range k.order {
+		r := k.req[i*k.nd : (i+1)*k.nd]
+		for q, d := range dimsUsed {
+			a[q*n+j] = float64(r[d]) / float64(k.cap[d])
+		}
+		a[(len(dimsUsed)+j)*n+j] = 1
+		b[len(dimsUsed)+j] = float64(min(k.upper[i], perFit(k.cap, r)))
+		c[j] = k.value[i]
+	}
+	for q := range dimsUsed {
+		b[q] = 1
+	}
+	return lpMax(a, b, c)
 }

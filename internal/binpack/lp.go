@@ -240,3 +240,61 @@ func (lp *master) objective() float64 {
 	}
 	return s
 }
+
+// lpMax returns the optimum of: maximize c·x subject to A x ≤ b, x ≥ 0,
+// for b ≥ 0 (so x = 0 is feasible), by the dense tableau simplex with
+// Bland's rule (no cycling). A is rows × len(c), row-major. It is meant for
+// small problems: the LP relaxation of one node's knapsack. It returns
+// +Inf when the LP is unbounded.
+func lpMax(a []float64, b, c []float64) float64 {
+	rows, n := len(b), len(c)
+	w := n + rows + 1 // columns: x, slacks, rhs
+	t := make([]float64, (rows+1)*w)
+	for r := range rows {
+		copy(t[r*w:r*w+n], a[r*n:(r+1)*n])
+		t[r*w+n+r] = 1
+		t[r*w+w-1] = b[r]
+	}
+	obj := t[rows*w : (rows+1)*w]
+	for j := range n {
+		obj[j] = -c[j]
+	}
+	for iter := 0; iter < 50*(rows+n); iter++ {
+		col := -1
+		for j := range w - 1 {
+			if obj[j] < -1e-12 {
+				col = j // Bland: the first improving column
+				break
+			}
+		}
+		if col < 0 {
+			return obj[w-1]
+		}
+		row, best := -1, math.Inf(1)
+		for r := range rows {
+			if v := t[r*w+col]; v > 1e-12 {
+				if q := t[r*w+w-1] / v; q < best-1e-15 {
+					row, best = r, q
+				}
+			}
+		}
+		if row < 0 {
+			return math.Inf(1)
+		}
+		p := t[row*w+col]
+		for j := range w {
+			t[row*w+j] /= p
+		}
+		for r := range rows + 1 {
+			if r == row {
+				continue
+			}
+			if f := t[r*w+col]; f != 0 {
+				for j := range w {
+					t[r*w+j] -= f * t[row*w+j]
+				}
+			}
+		}
+	}
+	return math.Inf(1) // iteration cap: no bound proven
+}

@@ -379,13 +379,14 @@ func (b *buyer) run() Purchase {
 	upper := make([]int64, m)
 	// The bound's searches share what is left of the budget (at least 30
 	// nodes each: the Lagrangian bound covers a search cut short).
-	per := max(30, min(4000, (b.opts.Work-b.work)/max(1, len(b.offs)*b.nodeWork(1))))
+	per := max(0, min(4000, (b.opts.Work-b.work)/max(1, len(b.offs)*b.nodeWork(1))))
 	for _, o := range b.offs {
 		for i := range m {
 			upper[i] = b.need[i]
 		}
 		b.k.reset(b.nd, b.capOf(o), b.req, y, upper, per)
 		_, _, u := b.k.solve(theta * b.cost[o])
+		b.work += b.k.work
 		if b.cost[o] <= 0 {
 			free = free || u > 0
 			continue
@@ -493,26 +494,46 @@ func (b *buyer) generate(lp *master) bool {
 		upper[i] = b.need[i]
 	}
 	limit := 300
+	type rankedOff struct {
+		off   int
+		ratio float64
+	}
+	promise := make([]rankedOff, len(b.offs))
+	perRound := max(2, m/2)
 	for {
 		before := lp.work
 		lp.improve(4 * m)
 		if b.spend(lp.work - before) {
 			return false
 		}
-		// Price every candidate offering with the branch-and-bound knapsack;
-		// add the patterns that price out.
+		// Price the candidate offerings with the branch-and-bound knapsack,
+		// most promising first (by a cheap bound on value per cost), and add
+		// the patterns that price out; a round stops after a few.
+		for j, o := range b.offs {
+			b.k.reset(b.nd, b.capOf(o), b.req, lp.y, upper, 0)
+			promise[j] = rankedOff{o, b.k.bound(0, b.k.free) / max(b.cost[o], 1e-12)}
+			b.work += b.k.work
+		}
+		slices.SortStableFunc(promise, func(x, y rankedOff) int { return cmp.Compare(y.ratio, x.ratio) })
 		added, exact := 0, true
-		for _, o := range b.offs {
+		for _, r := range promise {
+			o := r.off
+			if r.ratio <= 1+1e-9 || added >= perRound {
+				break // the rest cannot price out (or wait for the next round)
+			}
 			b.k.reset(b.nd, b.capOf(o), b.req, lp.y, upper, limit)
 			fill, v, _ := b.k.solve(b.cost[o] * (1 + 1e-9))
 			exact = exact && b.k.exact
-			if b.spend(b.nodeWork(b.k.nodes)) {
+			if b.spend(b.k.work) {
 				return false
 			}
 			if v > b.cost[o]*(1+1e-9)+1e-12 {
 				lp.cols = append(lp.cols, column{off: o, a: slices.Clone(fill), cost: b.cost[o]})
 				added++
 			}
+		}
+		if added >= perRound {
+			exact = false // not every offering was priced
 		}
 		if added == 0 && !exact && limit < 4000 {
 			limit = 4000 // search harder before giving up on the LP
@@ -594,8 +615,17 @@ func (b *buyer) greedy(plan []Bought, left []int64, used []int, nodes int, val [
 			if b.room(o, used, nodes, 1) == 0 {
 				continue
 			}
-			b.k.reset(b.nd, b.capOf(o), b.req, val, left, 30)
-			fill, v, _ := b.k.solve(0)
+			limit := 30
+			if b.stop {
+				limit = 0
+			}
+			b.k.reset(b.nd, b.capOf(o), b.req, val, left, limit)
+			skip := 0.0
+			if best >= 0 {
+				skip = b.cost[o] / bestRate // cannot beat the best rate so far
+			}
+			fill, v, _ := b.k.solve(skip)
+			b.spend(b.k.work)
 			if v <= 0 {
 				continue
 			}

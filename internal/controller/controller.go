@@ -51,7 +51,10 @@ type Controller struct {
 	doomed    []*doomed // machines to delete until NotFound, oldest first
 	doomedBy  map[string]*doomed
 	skipUntil map[string]time.Time // offering name → skipped until
-	queue     []reconcile.Event    // events for the reconciler, in order
+	// lastLaunch is the purchase's launch of the last node launched by one
+	// (nil until then): the default for nodes a Provision has no launch for.
+	lastLaunch *capacity.Launch
+	queue      []reconcile.Event // events for the reconciler, in order
 	// busyHint is the last busy report of each node. A report can arrive
 	// before the controller sees the node join (the worker registers with
 	// the head before the next List); it is replayed after NodeJoined.

@@ -168,7 +168,8 @@ func (c *Controller) candidates(l *capacity.Launch) []capacity.Offering {
 }
 
 // provision carries out a Provision: one machine per ordinal, from the
-// offerings its launches name, and one Provisioned (the ordinals launched,
+// offerings its launches name (ordinals past them: the last launch the pool
+// had, so that a replacement hosts the work its purchase was for), and one Provisioned (the ordinals launched,
 // booting ones and ones whose Create had an unknown outcome included) or
 // ProvisionFailed (none) queued for the reconciler.
 func (c *Controller) provision(ctx context.Context, ids []reconcile.NodeID, launch []capacity.Launch) {
@@ -180,9 +181,15 @@ func (c *Controller) provision(ctx context.Context, ids []reconcile.NodeID, laun
 		for li < len(launch) && used >= launch[li].Count {
 			li, used = li+1, 0
 		}
-		if li < len(launch) {
+		switch {
+		case li < len(launch):
 			l = &launch[li]
 			used++
+			c.lastLaunch = l
+		case c.lastLaunch != nil:
+			// Beyond the purchase (a replacement of a lost node, a retry):
+			// the offering the pool last bought for its work.
+			l = c.lastLaunch
 		}
 		ok, stop, reason := c.launch(ctx, id, l)
 		if c.deposed {
