@@ -458,9 +458,13 @@ func (b *buyer) run() Purchase {
 	return out
 }
 
+// sum adds counts, saturating at math.MaxInt64.
 func sum(v []int64) int64 {
 	s := int64(0)
 	for _, x := range v {
+		if s > math.MaxInt64-x {
+			return math.MaxInt64
+		}
 		s += x
 	}
 	return s
@@ -655,11 +659,7 @@ func (b *buyer) greedy(plan []Bought, left []int64, used []int, nodes int, val [
 				shapeOf = append(shapeOf, i)
 			}
 		}
-		var total int64
-		for _, l := range left {
-			total += l
-		}
-		if total <= maxPackNodes {
+		if sum(left) <= maxPackNodes {
 			offs := make([]capacity.Offering, len(b.allOf))
 			copy(offs, b.allOf)
 			for o := range offs {

@@ -92,71 +92,86 @@ func checkBuy(groups []capacity.Pending, offs []capacity.Offering, opts BuyOptio
 // exactCost is the cheapest purchase for the groups (empty pool, no caps),
 // by dynamic programming over the leftover counts: some node holds an item
 // of the first shape still left, and that node may be taken maximal. It
-// gives up (ok false) after budget states.
+// gives up (ok false) after budget states. Resources are CPU, memory and
+// GPUs only (the random pools use nothing else).
 func exactCost(groups []capacity.Pending, offs []capacity.Offering, budget int) (best float64, ok bool) {
 	m := len(groups)
-	memo := map[string]float64{}
-	key := func(v []int) string { return fmt.Sprint(v) }
-	var f func(left []int) float64
-	f = func(left []int) float64 {
-		first := slices.IndexFunc(left, func(x int) bool { return x > 0 })
+	type vec [3]int64
+	v := func(r capacity.Resources) vec { return vec{r.MilliCPU, r.Memory, r.GPUs} }
+	fitsIn := func(a, c vec) bool { return a[0] <= c[0] && a[1] <= c[1] && a[2] <= c[2] }
+	req := make([]vec, m)
+	for i, g := range groups {
+		req[i] = v(g.Requests)
+	}
+	memo := map[[8]int]float64{}
+	var f func(left [8]int) float64
+	f = func(left [8]int) float64 {
+		first := -1
+		for i := range m {
+			if left[i] > 0 {
+				first = i
+				break
+			}
+		}
 		if first < 0 {
 			return 0
 		}
-		k := key(left)
-		if v, ok := memo[k]; ok {
+		if v, ok := memo[left]; ok {
 			return v
 		}
 		if len(memo) >= budget {
 			return math.NaN()
 		}
-		memo[k] = math.Inf(1) // guards nothing (no cycles), keeps the count honest
 		best := math.Inf(1)
-		fill := make([]int, m)
+		var fill [8]int
 		for _, o := range offs {
-			if !groups[first].Requests.Fits(o.Resources) {
+			c := v(o.Resources)
+			if !fitsIn(req[first], c) {
 				continue
 			}
-			var rec func(i int, used capacity.Resources)
-			rec = func(i int, used capacity.Resources) {
+			var rec func(i int, used vec)
+			rec = func(i int, used vec) {
 				if i == m {
 					if fill[first] == 0 {
 						return
 					}
-					// Maximal: no shape left can still be added.
-					for j := range m {
-						if left[j]-fill[j] > 0 && used.Add(groups[j].Requests).Fits(o.Resources) {
+					for j := range m { // maximal: nothing left can be added
+						u := vec{used[0] + req[j][0], used[1] + req[j][1], used[2] + req[j][2]}
+						if left[j]-fill[j] > 0 && fitsIn(u, c) {
 							return
 						}
 					}
-					rest := slices.Clone(left)
+					rest := left
 					for j := range m {
 						rest[j] -= fill[j]
 					}
 					best = math.Min(best, o.EffectiveCost()+f(rest))
 					return
 				}
-				for c := left[i]; c >= 0; c-- {
-					u := used.Add(groups[i].Requests.Scale(int64(c)))
-					if !u.Fits(o.Resources) {
-						continue
+				top := int64(left[i])
+				for d := range 3 {
+					if req[i][d] > 0 {
+						top = min(top, (c[d]-used[d])/req[i][d])
 					}
-					fill[i] = c
+				}
+				for k := int(top); k >= 0; k-- {
+					u := vec{used[0] + int64(k)*req[i][0], used[1] + int64(k)*req[i][1], used[2] + int64(k)*req[i][2]}
+					fill[i] = k
 					rec(i+1, u)
 				}
 				fill[i] = 0
 			}
-			rec(0, capacity.Resources{})
+			rec(0, vec{})
 		}
-		memo[k] = best
+		memo[left] = best
 		return best
 	}
-	left := make([]int, m)
+	var left [8]int
 	for i, g := range groups {
 		left[i] = g.Count
 	}
-	v := f(left)
-	return v, !math.IsNaN(v) && len(memo) < budget
+	r := f(left)
+	return r, !math.IsNaN(r) && len(memo) < budget
 }
 
 // randomPool draws a pool like issue 23's: nOffs offerings of cloud-like
