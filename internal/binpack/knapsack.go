@@ -199,7 +199,20 @@ func perFit(free, req []int64) int64 {
 //
 // When the bound shows that no fill is worth more than skip, it returns at
 // once with the empty fill, value 0 and that bound.
+//
+// With a node limit of 0 it only fills the node greedily and bounds it with
+// the cheap fractional bounds (no Lagrangian, LP or search): the mode of a
+// spent budget.
 func (k *knap) solve(skip float64) (fill []int64, value, upper float64) {
+	if k.limit <= 0 {
+		root := k.bound(0, k.free)
+		if root <= skip {
+			return k.best, 0, root
+		}
+		k.greedy()
+		k.exact = k.bestV >= root*(1-1e-12)
+		return k.best, k.bestV, math.Max(root, k.bestV)
+	}
 	root := math.Min(k.bound(0, k.free), k.lagrange())
 	if root <= skip {
 		return k.best, 0, root

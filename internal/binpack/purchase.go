@@ -20,7 +20,8 @@ type BuyOptions struct {
 	// capacity).
 	Limit []int
 	// Work bounds the optimizer's effort in abstract work units (roughly
-	// floating-point operations): 0 takes DefaultBuyWork. The answer is
+	// floating-point operations): 0 takes DefaultBuyWork per 100 offerings
+	// (5 times more for a backlog too large for Pack). The answer is
 	// deterministic for a given Work.
 	Work int
 	// Deadline, when set, stops the optimizer once Clock() is not before it;
@@ -30,9 +31,14 @@ type BuyOptions struct {
 	Clock    func() time.Time
 }
 
-// DefaultBuyWork is the optimizer's default work budget: about a millisecond
-// of one core.
-const DefaultBuyWork = 1_500_000
+// DefaultBuyWork is the optimizer's default work budget per 100 offerings
+// (at least 100 count): about half a millisecond of one core for 10 shapes
+// over 100 offerings.
+const DefaultBuyWork = 300_000
+
+// hugeBuyWork is the default work budget of a backlog too large for the
+// first-fit baseline (above maxPackNodes nodes).
+const hugeBuyWork = 5 * DefaultBuyWork
 
 // maxLPShapes is the most shapes the optimizer solves as an LP; a backlog of
 // more distinct shapes is packed first fit decreasing only.
@@ -120,8 +126,10 @@ func (p *Purchase) Gap() float64 {
 // grows with the nodes it opens, is skipped above 50,000 nodes). Buy is
 // deterministic for a given Work and never modifies its arguments.
 func Buy(groups []capacity.Pending, offerings []capacity.Offering, opts BuyOptions) Purchase {
-	if opts.Work <= 0 {
-		opts.Work = DefaultBuyWork
+	defaultWork := opts.Work <= 0
+	if defaultWork {
+		// Pricing is per offering: the budget grows with their number.
+		opts.Work = DefaultBuyWork * max(1, len(offerings)/100)
 	}
 	avail := offerings
 	if opts.Limit != nil {
@@ -136,11 +144,17 @@ func Buy(groups []capacity.Pending, offerings []capacity.Offering, opts BuyOptio
 	// The items the existing free space does not take.
 	pre := Pack(groups, avail, WithFree(opts.Free), WithMaxNew(0))
 	b := newBuyer(groups, avail, pre.Unplaced, opts)
+	baseline := b.packNodesEstimate() <= maxPackNodes
+	if !baseline && defaultWork {
+		// No first-fit baseline to fall back on: the optimizer's answer is
+		// the only one, so it gets more (still a fixed amount of) work.
+		b.opts.Work = hugeBuyWork * max(1, len(offerings)/100)
+	}
 	opt := b.run()
 	opt.Existing = pre.Existing
 	b.finish(&opt, groups)
 
-	if b.packNodesEstimate() <= maxPackNodes {
+	if baseline {
 		res := Pack(groups, avail, WithFree(opts.Free), WithMaxNew(opts.MaxNodes))
 		if base := fromResult(&res, len(offerings)); b.withinLimits(&base) && better(&base, &opt) {
 			base.Bound, base.HasBound, base.Optimal = opt.Bound, opt.HasBound && base.UnplacedTotal <= opt.UnplacedTotal, opt.Optimal
@@ -196,9 +210,10 @@ type buyer struct {
 	cost  []float64
 	allOf []capacity.Offering
 
-	work int
-	stop bool
-	k    knap
+	work     int
+	limitNow int // the work the current phase may reach
+	stop     bool
+	k        knap
 }
 
 func newBuyer(groups []capacity.Pending, offerings []capacity.Offering, left []int, opts BuyOptions) *buyer {
@@ -305,13 +320,43 @@ func (b *buyer) limit(o int) int {
 // spend counts work and reports whether the budget or the deadline is spent.
 func (b *buyer) spend(w int) bool {
 	b.work += w
-	if b.work > b.opts.Work {
+	if b.work > b.limitNow {
 		b.stop = true
 	}
 	if !b.stop && !b.opts.Deadline.IsZero() && b.opts.Clock != nil && !b.opts.Clock().Before(b.opts.Deadline) {
 		b.stop = true
 	}
 	return b.stop
+}
+
+// rankedOff is an offering and an upper bound on the value per cost of
+// one of its nodes.
+type rankedOff struct {
+	off   int
+	ratio float64
+}
+
+// rank returns the candidate offerings by a cheap upper bound on a node's
+// value per cost, highest first: Σ_i val_i · min(upper_i, items of shape i
+// that fit alone) / cost. A free offering ranks first.
+func (b *buyer) rank(val []float64, upper []int64) []rankedOff {
+	out := make([]rankedOff, 0, len(b.offs))
+	for _, o := range b.offs {
+		u := 0.0
+		for i, v := range val {
+			if v > 0 && upper[i] > 0 {
+				u += v * float64(min(upper[i], perFit(b.capOf(o), b.reqOf(i))))
+			}
+		}
+		r := math.Inf(1)
+		if b.cost[o] > 0 {
+			r = u / b.cost[o]
+		}
+		out = append(out, rankedOff{o, r})
+	}
+	b.work += len(b.offs) * len(val) * (b.nd + 2)
+	slices.SortStableFunc(out, func(x, y rankedOff) int { return cmp.Compare(y.ratio, x.ratio) })
+	return out
 }
 
 // nodeWork is the work of a knapsack search of nodes nodes (each computes
@@ -335,6 +380,7 @@ func (b *buyer) packNodesEstimate() int {
 func (b *buyer) run() Purchase {
 	m := len(b.shapes)
 	out := Purchase{Method: "optimized"}
+	b.limitNow = b.opts.Work
 	if m == 0 || len(b.offs) == 0 {
 		out.HasBound = true
 		return out
@@ -366,7 +412,11 @@ func (b *buyer) run() Purchase {
 		init[i] = column{off: best, a: a, cost: b.cost[best]}
 	}
 	lp := newMaster(n, init)
+	// Column generation may use 60 % of the budget; the bound and the
+	// rounding share the rest.
+	b.limitNow = b.opts.Work * 6 / 10
 	exact := b.generate(lp)
+	b.stop, b.limitNow = false, b.opts.Work
 	out.Optimal = exact
 
 	// Farley's bound from the duals (clamped at zero): scaled to be feasible
@@ -380,9 +430,13 @@ func (b *buyer) run() Purchase {
 	// The bound's searches share what is left of the budget (at least 30
 	// nodes each: the Lagrangian bound covers a search cut short).
 	per := max(0, min(4000, (b.opts.Work-b.work)/max(1, len(b.offs)*b.nodeWork(1))))
-	for _, o := range b.offs {
-		for i := range m {
-			upper[i] = b.need[i]
+	for i := range m {
+		upper[i] = b.need[i]
+	}
+	for _, r := range b.rank(y, upper) {
+		o := r.off
+		if b.cost[o] > 0 && r.ratio <= theta {
+			break // no offering left can raise theta
 		}
 		b.k.reset(b.nd, b.capOf(o), b.req, y, upper, per)
 		_, _, u := b.k.solve(theta * b.cost[o])
@@ -498,11 +552,6 @@ func (b *buyer) generate(lp *master) bool {
 		upper[i] = b.need[i]
 	}
 	limit := 300
-	type rankedOff struct {
-		off   int
-		ratio float64
-	}
-	promise := make([]rankedOff, len(b.offs))
 	perRound := max(2, m/2)
 	for {
 		before := lp.work
@@ -513,12 +562,7 @@ func (b *buyer) generate(lp *master) bool {
 		// Price the candidate offerings with the branch-and-bound knapsack,
 		// most promising first (by a cheap bound on value per cost), and add
 		// the patterns that price out; a round stops after a few.
-		for j, o := range b.offs {
-			b.k.reset(b.nd, b.capOf(o), b.req, lp.y, upper, 0)
-			promise[j] = rankedOff{o, b.k.bound(0, b.k.free) / max(b.cost[o], 1e-12)}
-			b.work += b.k.work
-		}
-		slices.SortStableFunc(promise, func(x, y rankedOff) int { return cmp.Compare(y.ratio, x.ratio) })
+		promise := b.rank(lp.y, upper)
 		added, exact := 0, true
 		for _, r := range promise {
 			o := r.off
@@ -615,7 +659,11 @@ func (b *buyer) greedy(plan []Bought, left []int64, used []int, nodes int, val [
 	for step := 0; step < 8*m+64 && sum(left) > 0; step++ {
 		best, bestRate := -1, 0.0
 		var bestFill []int64
-		for _, o := range b.offs {
+		for _, r := range b.rank(val, left) {
+			o := r.off
+			if best >= 0 && r.ratio <= 1/bestRate {
+				break // no offering left can beat the best rate
+			}
 			if b.room(o, used, nodes, 1) == 0 {
 				continue
 			}
