@@ -84,6 +84,13 @@ func purchaseFor(cfg *Config, in *Input, add int) []capacity.Launch {
 	res := binpack.Buy(in.Pressure.Pending, cfg.Offerings, binpack.BuyOptions{Free: free, MaxNodes: -1,
 		Limit: tideLimits(cfg.Offerings, in.Unavailable)})
 	ls := tideLaunches(&res, cfg.Offerings, cfg.Offerings, 0, in.Pressure.Pending)
+	return fitLaunches(cfg, ls, add, in.Pressure.Pending)
+}
+
+// fitLaunches cuts launches (dearest first) to add nodes, or pads them
+// with the offering they buy most of (without any, the cheapest offering
+// that fits the largest pending shape).
+func fitLaunches(cfg *Config, ls []capacity.Launch, add int, pending []capacity.Pending) []capacity.Launch {
 	var out []capacity.Launch
 	left := add
 	for _, l := range ls {
@@ -111,7 +118,7 @@ func purchaseFor(cfg *Config, in *Input, add int) []capacity.Launch {
 			slices.SortStableFunc(byCost, func(a, b int) int {
 				return cmp.Compare(cfg.Offerings[a].EffectiveCost(), cfg.Offerings[b].EffectiveCost())
 			})
-			if o := tideSpareOffering(cfg.Offerings, byCost, in.Pressure.Pending); o >= 0 {
+			if o := tideSpareOffering(cfg.Offerings, byCost, pending); o >= 0 {
 				out = append(out, capacity.Launch{Offering: cfg.Offerings[o].Name(), Count: left})
 			}
 		}

@@ -210,7 +210,8 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int) Decision {
 	}
 	d := Decision{Desired: desired, Reason: reason, Tide: fig}
 	if desired > in.Desired {
-		d.Launch = launch
+		// The purchase and its spares, cut to what is asked for (the max).
+		d.Launch = fitLaunches(cfg, launch, desired-in.Desired, pending)
 	}
 	return d
 }
