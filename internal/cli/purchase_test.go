@@ -34,7 +34,12 @@ func TestDecideShowsThePurchaseGap(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	if !strings.Contains(out, "buys 12 x g4/on-demand for $57.40/h, within 0.0 % of the bound") {
+	if !strings.Contains(out, "buys 12 x g4/on-demand for $57.40/h, within 0.0 % of the bound") ||
+		!strings.Contains(out, "launch") {
 		t.Fatalf("output:\n%s", out)
+	}
+	code, out, errs = run(t, "", "decide", "--config", cfg, "--snapshot", snap, "-o", "json")
+	if code != 0 || !strings.Contains(out, `"launch"`) || !strings.Contains(out, `"bound_per_hour"`) {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
 	}
 }

@@ -56,7 +56,10 @@ type Result struct {
 	TargetTracking *policy.TargetTrackingFigures `json:"target_tracking,omitempty"`
 	Utilization    *policy.UtilizationFigures    `json:"utilization,omitempty"`
 	Tide           *policy.TideFigures           `json:"tide,omitempty"`
-	State          policy.State                  `json:"state"`
+	// Launch is the purchase behind a raised count: the offerings the new
+	// nodes would be launched from, with fallbacks.
+	Launch []capacity.Launch `json:"launch,omitempty"`
+	State  policy.State      `json:"state"`
 }
 
 // Parse decodes and validates a snapshot. Unknown fields, negative counts and
@@ -132,7 +135,7 @@ func Run(pool string, cfg policy.Config, s Snapshot) (Result, error) {
 		Pool: pool, Policy: p.Name(), Time: s.Time,
 		Previous: s.Desired, Desired: d.Desired, Changed: d.Desired != s.Desired,
 		Code: d.Reason.Code, Reason: d.Reason.String(),
-		TargetTracking: d.TargetTracking, Utilization: d.Utilization, Tide: d.Tide,
+		TargetTracking: d.TargetTracking, Utilization: d.Utilization, Tide: d.Tide, Launch: d.Launch,
 		State: d.State,
 	}, nil
 }
