@@ -363,15 +363,19 @@ func (b *buyer) rank(val []float64, upper []int64) []rankedOff {
 // a bound over every shape in every dimension).
 func (b *buyer) nodeWork(nodes int) int { return (nodes + 2) * len(b.shapes) * (b.nd + 2) * 4 }
 
-// packNodesEstimate is about the number of nodes Pack would open.
+// packNodesEstimate bounds the number of new nodes Pack would open: a
+// group opens at most ceil(count / k) nodes, k being the fewest of its
+// items that fit on an empty node of any offering that holds one.
 func (b *buyer) packNodesEstimate() int {
 	total := 0.0
 	for i := range b.shapes {
-		most := int64(1)
-		for _, o := range b.offs {
-			most = max(most, min(perFit(b.capOf(o), b.reqOf(i)), b.need[i]))
+		least := int64(math.MaxInt64)
+		for o := range b.noffs {
+			if k := perFit(b.capOf(o), b.reqOf(i)); k > 0 && b.limit(o) != 0 {
+				least = min(least, k)
+			}
 		}
-		total += float64(b.need[i]) / float64(most)
+		total += math.Ceil(float64(b.need[i]) / float64(max(least, 1)))
 	}
 	return int(min(total, math.MaxInt32))
 }
