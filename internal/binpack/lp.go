@@ -51,7 +51,7 @@ func newMaster(n []float64, init []column) *master {
 	return lp
 }
 
-// colCost and colEntry read a basic column (pattern or surplus).
+// colCost returns the cost of a basic column (0 for a surplus).
 func (lp *master) colCost(j int) float64 {
 	if j < 0 {
 		return 0
