@@ -36,6 +36,12 @@ type Target interface {
 	ReportBusy(id reconcile.NodeID, busy bool)
 }
 
+// unavailabler is a Target that knows which offerings are out of capacity
+// (controller.Controller's ICE cache).
+type unavailabler interface {
+	Unavailable(now time.Time) []string
+}
+
 // Event is one thing worth telling a person: a decision or a reason not to
 // decide.
 type Event struct {
@@ -212,7 +218,11 @@ func (p *Pool) Evaluate(now time.Time) (d policy.Decision, ok bool) {
 			delete(p.busy, id)
 		}
 	}
-	d = p.cfg.Policy.Decide(policy.Input{Now: now, Desired: p.desired, Pressure: p.pressure, State: p.state})
+	in := policy.Input{Now: now, Desired: p.desired, Pressure: p.pressure, State: p.state}
+	if u, ok := p.target.(unavailabler); ok {
+		in.Unavailable = u.Unavailable(now) // the controller's ICE cache
+	}
+	d = p.cfg.Policy.Decide(in)
 	p.state = d.State
 	changed := d.Desired != p.desired
 	if changed {
@@ -222,6 +232,9 @@ func (p *Pool) Evaluate(now time.Time) (d policy.Decision, ok bool) {
 		msg := d.Reason.String()
 		if changed {
 			msg = "desired " + strconv.Itoa(p.desired) + " -> " + strconv.Itoa(d.Desired) + ": " + msg
+			if buy := d.Tide.Purchase(); buy != "" && d.Desired > p.desired {
+				msg += "; " + buy
+			}
 		}
 		p.emit(Event{Time: now, Pool: p.cfg.Pool, Reason: d.Reason.Code, Message: msg, Changed: changed})
 	}

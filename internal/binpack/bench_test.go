@@ -91,3 +91,40 @@ func BenchmarkLowerBound(b *testing.B) {
 		LowerBound(groups, node)
 	}
 }
+
+// BenchmarkBuy: issue 23's purchase optimizer. "1000x10shapes+100nodes" is
+// 1,000 pending in 10 shapes over 100 offerings with the free space of 100
+// nodes (goal ≤ 1 ms); "karpenter" is Karpenter's scheduling benchmark
+// scale, 400 instance types, 5 shapes, 20,000 pending (goal ≤ 100 ms);
+// "1e9x10shapes" shows that counts are arithmetic.
+func BenchmarkBuy(b *testing.B) {
+	for _, bc := range []struct {
+		name                       string
+		offs, total, shapes, nodes int
+	}{
+		{"1000x10shapes+100nodes", 100, 1000, 10, 100},
+		{"karpenter-400types-5shapes-20000", 400, 20000, 5, 0},
+		{"1e9x10shapes", 100, 1_000_000_000, 10, 0},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			offs := benchOfferings(rng, bc.offs)
+			groups := benchGroups(rng, bc.total, bc.shapes)
+			var free []capacity.Resources
+			for range bc.nodes {
+				free = append(free, capacity.Resources{MilliCPU: 1000 * rng.Int64N(8), Memory: gi * rng.Int64N(16)})
+			}
+			b.ReportAllocs()
+			var p Purchase
+			for b.Loop() {
+				p = Buy(groups, offs, BuyOptions{MaxNodes: -1, Free: free})
+			}
+			b.ReportMetric(float64(p.Nodes), "nodes")
+			b.ReportMetric(100*p.Gap(), "%gap")
+			if bc.total <= 20000 {
+				r := Pack(groups, offs, WithFree(free))
+				b.ReportMetric(100*(r.Cost/p.Cost-1), "%pack-over")
+			}
+		})
+	}
+}

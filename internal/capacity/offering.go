@@ -148,3 +148,15 @@ func (o *Offering) UnmarshalJSON(data []byte) error {
 	*o = out
 	return nil
 }
+
+// Launch is part of a purchase: Count new nodes of one offering (by Name),
+// and the offerings that may stand in for it, cheapest first, should it be
+// out of capacity: those that can also host what these nodes were bought
+// for. A policy's decision carries its launches down to the controller, so
+// that the pool buys the mix the policy chose and pending work drives only
+// offerings that can run it.
+type Launch struct {
+	Offering string   `json:"offering"`
+	Count    int      `json:"count"`
+	Fallback []string `json:"fallback,omitempty"`
+}

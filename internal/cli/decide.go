@@ -270,6 +270,16 @@ func printDecision(w io.Writer, r decide.Result) error {
 		}
 		fmt.Fprintf(tw, "new nodes\t%s\n", list(mix))
 		fmt.Fprintf(tw, "cost of new nodes\t$%.2f/h\n", f.Cost)
+		if buy := f.Purchase(); buy != "" {
+			fmt.Fprintf(tw, "purchase\t%s\n", buy)
+		}
+		for _, l := range r.Launch {
+			fb := ""
+			if len(l.Fallback) > 0 {
+				fb = " (fallback " + strings.Join(l.Fallback, ", ") + ")"
+			}
+			fmt.Fprintf(tw, "launch\t%d x %s%s\n", l.Count, l.Offering, fb)
+		}
 		fmt.Fprintf(tw, "idle nodes\t%s\n", list(f.Idle))
 	}
 	state, err := json.Marshal(r.State)

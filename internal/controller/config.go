@@ -24,8 +24,8 @@ const (
 	// unbinding drain).
 	DefaultLaunchTimeout = 10 * time.Minute
 	// DefaultCapacityBackoff is how long an offering that ran out of
-	// capacity is skipped.
-	DefaultCapacityBackoff = 2 * time.Minute
+	// capacity is skipped (the ICE cache's TTL, 3 minutes as in Karpenter).
+	DefaultCapacityBackoff = 3 * time.Minute
 	// DefaultMaxRetries bounds the consecutive failed attempts of one
 	// machine's Create or Configure before the machine is given up.
 	DefaultMaxRetries = 5
@@ -51,8 +51,11 @@ type Config struct {
 	// node, scale-down delay).
 	Reconcile reconcile.Config
 	// Offerings are what the pool may launch. Each machine is created from
-	// the one of lowest EffectiveCost that is not being skipped after an
-	// insufficient-capacity, quota or invalid answer.
+	// the offering its Provision's launch names (the policy's purchase), or
+	// from a fallback of that launch (offerings that host the same load,
+	// cheapest first) while the offering is being skipped after an
+	// insufficient-capacity, quota or invalid answer; a provision without a
+	// launch takes the one of lowest EffectiveCost not being skipped.
 	Offerings []capacity.Offering
 	// Cluster is the cluster name Configure binds machines to (default
 	// "tide").

@@ -51,7 +51,10 @@ type Controller struct {
 	doomed    []*doomed // machines to delete until NotFound, oldest first
 	doomedBy  map[string]*doomed
 	skipUntil map[string]time.Time // offering name → skipped until
-	queue     []reconcile.Event    // events for the reconciler, in order
+	// lastLaunch is the purchase's launch of the last node launched by one
+	// (nil until then): the default for nodes a Provision has no launch for.
+	lastLaunch *capacity.Launch
+	queue      []reconcile.Event // events for the reconciler, in order
 	// busyHint is the last busy report of each node. A report can arrive
 	// before the controller sees the node join (the worker registers with
 	// the head before the next List); it is replayed after NodeJoined.
@@ -117,7 +120,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 // as DesiredChanged on the next Sync or Tick (Run syncs at once). Safe for
 // concurrent use.
 func (c *Controller) SetDesired(d policy.Decision) {
-	c.input(reconcile.DesiredChanged{Desired: d.Desired, Reason: d.Reason.String()})
+	c.input(reconcile.DesiredChanged{Desired: d.Desired, Reason: d.Reason.String(), Launch: d.Launch})
 }
 
 // SetBounds resizes the pool (BoundsChanged). Safe for concurrent use.
@@ -150,16 +153,17 @@ func (c *Controller) takeInbox() {
 	c.mu.Unlock()
 }
 
-// lastInboxDesired returns the last desired count waiting in the inbox.
-func (c *Controller) lastInboxDesired() (int, bool) {
+// lastInboxDesired returns the last desired count waiting in the inbox,
+// and its purchase.
+func (c *Controller) lastInboxDesired() (int, []capacity.Launch, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ev := range slices.Backward(c.inbox) {
 		if d, ok := ev.(reconcile.DesiredChanged); ok {
-			return d.Desired, true
+			return d.Desired, d.Launch, true
 		}
 	}
-	return 0, false
+	return 0, nil, false
 }
 
 // Run drives the controller until ctx is done (it then returns nil) or the
@@ -278,8 +282,9 @@ func (c *Controller) start(ctx context.Context) error {
 	// journal's), so adoption does not drain what a restart finds.
 	rcfg := c.cfg.Reconcile
 	want, ok := st.Desired, st.HasDesired
-	if d, found := c.lastInboxDesired(); found {
-		want, ok = d, true
+	var launch []capacity.Launch
+	if d, l, found := c.lastInboxDesired(); found {
+		want, ok, launch = d, true, l
 	}
 	if ok && rcfg.Nodes.Elastic {
 		rcfg.Nodes.Desired = min(max(want, 0), rcfg.Nodes.Max)
@@ -316,7 +321,7 @@ func (c *Controller) start(ctx context.Context) error {
 	for _, r := range superseded {
 		c.doom(ctx, r)
 	}
-	var adopt reconcile.Adopt
+	adopt := reconcile.Adopt{Launch: launch}
 	for _, id := range slices.Sorted(maps.Keys(keep)) {
 		r := keep[id]
 		m := c.listed[r.MachineID]
@@ -448,7 +453,7 @@ func (c *Controller) exec(ctx context.Context, a reconcile.Action) {
 	switch a := a.(type) {
 	case reconcile.Provision:
 		c.emit(TypeNormal, ReasonProvision, "%s (desired %d)", a, c.pool.Desired())
-		c.provision(ctx, a.IDs)
+		c.provision(ctx, a.IDs, a.Launch)
 	case reconcile.Drain:
 		c.emit(TypeNormal, ReasonDrain, "%s (desired %d)", a, c.pool.Desired())
 		c.startDrain(ctx, a.ID)
@@ -532,6 +537,25 @@ type Status struct {
 	// Decisions counts the reconciler actions carried out (notes excluded);
 	// Events counts the events emitted.
 	Decisions, Events uint64
+	// Unavailable names the offerings being skipped after running out of
+	// capacity (the ICE cache), with when each skip ends.
+	Unavailable map[string]time.Time
+}
+
+// Unavailable returns the offerings out of capacity at now (the ICE cache
+// as of the last pass), sorted: a policy's purchase does not count on them.
+// Safe for concurrent use.
+func (c *Controller) Unavailable(now time.Time) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for name, until := range c.status.Unavailable {
+		if now.Before(until) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // NodeStatus is one ordinal's machine.
@@ -554,6 +578,7 @@ func (c *Controller) Status() Status {
 	s := c.status
 	s.Nodes = slices.Clone(s.Nodes)
 	s.Deleting = slices.Clone(s.Deleting)
+	s.Unavailable = maps.Clone(s.Unavailable)
 	return s
 }
 
@@ -576,6 +601,15 @@ func (c *Controller) publish() {
 		if n != nil {
 			s.Nodes = append(s.Nodes, NodeStatus{ID: n.id, MachineID: n.rec.MachineID, Offering: n.rec.Offering,
 				Host: n.host, Joined: n.joined, Draining: n.drain != drainNone})
+		}
+	}
+	now := c.clock.Now()
+	for name, until := range c.skipUntil {
+		if now.Before(until) {
+			if s.Unavailable == nil {
+				s.Unavailable = map[string]time.Time{}
+			}
+			s.Unavailable[name] = until
 		}
 	}
 	s.Deleting = c.status.Deleting[:0]

@@ -95,8 +95,11 @@
 // outcomes are retried with the same call on the next tick (a Create or
 // Configure at most MaxRetries times, then the machine is replaced; a Delete
 // forever); InsufficientCapacity, an offering's quota or Invalid skips the
-// offering for CapacityBackoff and tries the next-cheapest (when every
-// offering is skipped, the one whose skip ends first is probed once per
+// offering for CapacityBackoff (the ICE cache, 3 minutes by default) and
+// tries the next-cheapest that fits: a Provision's launch names the
+// offering the policy bought and, as fallbacks, those that host the same
+// load, so pending work only ever drives offerings that can run it (when
+// every candidate is skipped, the one whose skip ends first is probed once per
 // tick, so capacity that returns is used within a tick); a total
 // QuotaExceeded stops launching until the next tick; NotFound means the
 // machine is gone; Conflict re-reads the machine with Get; StaleFence

@@ -3,10 +3,12 @@ package controller
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/reconcile"
 )
@@ -134,25 +136,62 @@ func (c *Controller) skipped(offering string, now time.Time) bool {
 	return ok && now.Before(until)
 }
 
-// nextText names the offering the next launch will try.
-func (c *Controller) nextText(now time.Time) string {
-	for _, o := range c.offerings {
+// nextText names the offering the next launch will try among cands.
+func (c *Controller) nextText(cands []capacity.Offering, now time.Time) string {
+	for _, o := range cands {
 		if !c.skipped(o.Name(), now) {
 			return "trying the next-cheapest, " + o.Name()
 		}
 	}
-	return "no other offering is left to try"
+	return "no other offering that fits is left to try"
 }
 
-// provision carries out a Provision: one machine per ordinal, and one
-// Provisioned (the ordinals launched, booting ones and ones whose Create had
-// an unknown outcome included) or ProvisionFailed (none) queued for the
-// reconciler.
-func (c *Controller) provision(ctx context.Context, ids []reconcile.NodeID) {
+// candidates returns the offerings a node may be launched from, in the
+// order to try them: the launch's offering and its fallbacks when the
+// Provision carries a purchase (names the pool does not offer are left
+// out), every offering by effective cost otherwise.
+func (c *Controller) candidates(l *capacity.Launch) []capacity.Offering {
+	if l == nil {
+		return c.offerings
+	}
+	var out []capacity.Offering
+	for _, name := range append([]string{l.Offering}, l.Fallback...) {
+		if i := slices.IndexFunc(c.offerings, func(o capacity.Offering) bool { return o.Name() == name }); i >= 0 &&
+			!slices.ContainsFunc(out, func(o capacity.Offering) bool { return o.Name() == name }) {
+			out = append(out, c.offerings[i])
+		}
+	}
+	if len(out) == 0 {
+		return c.offerings
+	}
+	return out
+}
+
+// provision carries out a Provision: one machine per ordinal, from the
+// offerings its launches name (ordinals past them: the last launch the pool
+// had, so that a replacement hosts the work its purchase was for), and one Provisioned (the ordinals launched,
+// booting ones and ones whose Create had an unknown outcome included) or
+// ProvisionFailed (none) queued for the reconciler.
+func (c *Controller) provision(ctx context.Context, ids []reconcile.NodeID, launch []capacity.Launch) {
 	got := make([]reconcile.NodeID, 0, len(ids))
 	why := "nothing to launch"
+	li, used := 0, 0
 	for _, id := range ids {
-		ok, stop, reason := c.launch(ctx, id)
+		var l *capacity.Launch
+		for li < len(launch) && used >= launch[li].Count {
+			li, used = li+1, 0
+		}
+		switch {
+		case li < len(launch):
+			l = &launch[li]
+			used++
+			c.lastLaunch = l
+		case c.lastLaunch != nil:
+			// Beyond the purchase (a replacement of a lost node, a retry):
+			// the offering the pool last bought for its work.
+			l = c.lastLaunch
+		}
+		ok, stop, reason := c.launch(ctx, id, l)
 		if c.deposed {
 			return
 		}
@@ -172,11 +211,11 @@ func (c *Controller) provision(ctx context.Context, ids []reconcile.NodeID) {
 	c.queue = append(c.queue, reconcile.Provisioned{IDs: got})
 }
 
-// launch creates the machine of ordinal id from the cheapest offering not
-// being skipped, journaling its record first. It reports whether the node
+// launch creates the machine of ordinal id from the first of its candidate
+// offerings (see candidates) not being skipped, journaling its record first. It reports whether the node
 // now counts as launched, whether the rest of the Provision must stop (a
 // total quota, the journal, no offering left) and, when not launched, why.
-func (c *Controller) launch(ctx context.Context, id reconcile.NodeID) (ok, stop bool, why string) {
+func (c *Controller) launch(ctx context.Context, id reconcile.NodeID, l *capacity.Launch) (ok, stop bool, why string) {
 	if old := c.node(id); old != nil {
 		c.emit(TypeWarning, reconcile.NoteIgnored, "node %d: provision while machine %s still serves it: deleting that machine", id, old.rec.MachineID)
 		c.retire(ctx, old)
@@ -185,13 +224,16 @@ func (c *Controller) launch(ctx context.Context, id reconcile.NodeID) (ok, stop 
 		return false, true, c.quotaHit
 	}
 	now := c.clock.Now()
+	cands := c.candidates(l)
 	probe := ""
 	if !c.probed {
-		probe = c.probe(now)
+		probe = c.probe(cands, now)
 	}
-	for _, off := range c.offerings {
+	var passed []string // candidates skipped, out of capacity
+	for _, off := range cands {
 		name := off.Name()
 		if c.skipped(name, now) && name != probe {
+			passed = append(passed, name)
 			continue
 		}
 		if probe != "" {
@@ -213,7 +255,8 @@ func (c *Controller) launch(ctx context.Context, id reconcile.NodeID) (ok, stop 
 		case provider.KindNone:
 			delete(c.skipUntil, name) // a probe that succeeded: the offering is back
 			c.track(&node{id: id, rec: rec, confirmed: true, deadline: now.Add(c.cfg.LaunchTimeout)})
-			c.emit(TypeNormal, ReasonLaunched, "node %d: machine %s launched from %s ($%.4g/h effective)", id, rec.MachineID, name, off.EffectiveCost())
+			c.emit(TypeNormal, ReasonLaunched, "node %d: machine %s launched from %s ($%.4g/h effective)%s", id, rec.MachineID, name,
+				off.EffectiveCost(), launchWhy(l, name, passed))
 			return true, false, ""
 		case provider.KindStaleFence:
 			c.depose(err)
@@ -222,7 +265,7 @@ func (c *Controller) launch(ctx context.Context, id reconcile.NodeID) (ok, stop 
 			c.forget(ctx, rec)
 			until := c.skip(name, now)
 			c.emit(TypeWarning, ReasonInsufficientCapacity, "node %d: %v: %s skipped until %s, %s",
-				id, err, name, until.UTC().Format(time.RFC3339), c.nextText(now))
+				id, err, name, until.UTC().Format(time.RFC3339), c.nextText(cands, now))
 			why = err.Error()
 		case provider.KindQuotaExceeded:
 			c.forget(ctx, rec)
@@ -230,7 +273,7 @@ func (c *Controller) launch(ctx context.Context, id reconcile.NodeID) (ok, stop 
 			if errors.As(err, &qe) && qe.Offering != "" {
 				until := c.skip(name, now)
 				c.emit(TypeWarning, ReasonQuotaExceeded, "node %d: %v: %s skipped until %s, %s",
-					id, err, name, until.UTC().Format(time.RFC3339), c.nextText(now))
+					id, err, name, until.UTC().Format(time.RFC3339), c.nextText(cands, now))
 				why = err.Error()
 				continue
 			}
@@ -241,7 +284,7 @@ func (c *Controller) launch(ctx context.Context, id reconcile.NodeID) (ok, stop 
 			c.forget(ctx, rec)
 			until := c.skip(name, now)
 			c.emit(TypeWarning, ReasonOfferingRefused, "node %d: create refused: %v: %s skipped until %s, %s",
-				id, err, name, until.UTC().Format(time.RFC3339), c.nextText(now))
+				id, err, name, until.UTC().Format(time.RFC3339), c.nextText(cands, now))
 			why = err.Error()
 		case provider.KindConflict:
 			// A fresh id the provider knows: not ours (another pool, or
@@ -259,21 +302,44 @@ func (c *Controller) launch(ctx context.Context, id reconcile.NodeID) (ok, stop 
 			return true, false, ""
 		}
 	}
-	c.emit(TypeWarning, ReasonNoOffering, "node %d not launched: every offering is being skipped (%s)", id, c.skipList(now))
 	if why == "" {
-		why = "every offering is being skipped"
+		why = "every offering that fits is being skipped"
 	}
+	if l != nil {
+		// Other nodes of the provision may need other offerings: go on.
+		c.emit(TypeWarning, ReasonNoOffering, "node %d not launched: %s and its fallbacks are all being skipped (%s)", id, l.Offering, c.skipList(now))
+		return false, false, why
+	}
+	c.emit(TypeWarning, ReasonNoOffering, "node %d not launched: every offering is being skipped (%s)", id, c.skipList(now))
 	return false, true, why
 }
 
-// probe returns, when every offering is being skipped, the one whose skip
-// ends first: it is tried once per tick anyway, so a pool recovers within a
-// tick of capacity returning instead of waiting out CapacityBackoff. It
-// returns "" when some offering is not skipped.
-func (c *Controller) probe(now time.Time) string {
+// launchWhy says why a machine was launched from offering name: the
+// purchase's choice, or a fallback of it past the offerings out of capacity.
+func launchWhy(l *capacity.Launch, name string, passed []string) string {
+	var b strings.Builder
+	switch {
+	case l == nil:
+		b.WriteString(": the cheapest offering")
+	case l.Offering == name:
+		b.WriteString(": the purchase's choice")
+	default:
+		b.WriteString(": fallback for " + l.Offering + ", which hosts the same work")
+	}
+	if len(passed) > 0 {
+		b.WriteString("; skipped " + strings.Join(passed, ", ") + " (out of capacity)")
+	}
+	return b.String()
+}
+
+// probe returns, when every candidate offering is being skipped, the one
+// whose skip ends first: it is tried once per tick anyway, so a pool
+// recovers within a tick of capacity returning instead of waiting out
+// CapacityBackoff. It returns "" when some candidate is not skipped.
+func (c *Controller) probe(cands []capacity.Offering, now time.Time) string {
 	best := ""
 	var bestUntil time.Time
-	for _, o := range c.offerings {
+	for _, o := range cands {
 		until, ok := c.skipUntil[o.Name()]
 		if !ok || !now.Before(until) {
 			return ""

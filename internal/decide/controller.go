@@ -261,7 +261,7 @@ func plan(in Input, s *Snapshot, d policy.Decision) (*Plan, error) {
 	// of its provision call (returned within the previous pass), the
 	// policy's decision and busy reports (any pass), then what a tick's
 	// List observes, then the tick itself.
-	events = append(events, reconcile.DesiredChanged{Desired: d.Desired, Reason: d.Reason.String()})
+	events = append(events, reconcile.DesiredChanged{Desired: d.Desired, Reason: d.Reason.String(), Launch: d.Launch})
 	for _, id := range busyDraining {
 		events = append(events, reconcile.NodeBusy{ID: id, Busy: true})
 	}
@@ -303,7 +303,7 @@ func plan(in Input, s *Snapshot, d policy.Decision) (*Plan, error) {
 			act := explain(pool, ev, a, backoff)
 			act.Event = ev.String()
 			if p, ok := a.(reconcile.Provision); ok {
-				act.Offerings = offerings(in.Policy.Offerings, d, len(p.IDs))
+				act.Offerings = offerings(in.Policy.Offerings, p)
 			}
 			// One line for a run of the same action with the same
 			// reason (victims drained in order, drains completed).
@@ -481,23 +481,15 @@ func sortedMarks(m map[reconcile.NodeID]time.Time) []reconcile.NodeID {
 	return ids
 }
 
-// offerings says which offerings a provision of n nodes launches: the tide
-// policy's mix when it chose one, else the controller's order (cheapest
-// effective cost first, then name) with the first offering taking all.
-func offerings(offs []capacity.Offering, d policy.Decision, n int) []policy.OfferingCount {
-	if d.Tide != nil && len(d.Tide.Mix) > 0 {
-		var out []policy.OfferingCount
-		left := n
-		for _, m := range d.Tide.Mix {
-			if left == 0 {
-				break
-			}
-			k := min(m.Count, left)
-			out = append(out, policy.OfferingCount{Offering: m.Offering, Count: k})
-			left -= k
-		}
-		if left > 0 && len(out) > 0 {
-			out[len(out)-1].Count += left
+// offerings says which offerings provision p launches: the purchase the
+// reconciler attached to it (the policy's, as the live controller launches
+// it), else the controller's order without a plan (cheapest effective
+// cost first, then name) with the first offering taking all.
+func offerings(offs []capacity.Offering, p reconcile.Provision) []policy.OfferingCount {
+	if len(p.Launch) > 0 {
+		out := make([]policy.OfferingCount, 0, len(p.Launch))
+		for _, l := range p.Launch {
+			out = append(out, policy.OfferingCount{Offering: l.Offering, Count: l.Count})
 		}
 		return out
 	}
@@ -507,7 +499,7 @@ func offerings(offs []capacity.Offering, d policy.Decision, n int) []policy.Offe
 	best := slices.MinFunc(offs, func(a, b capacity.Offering) int {
 		return cmp.Or(cmp.Compare(a.EffectiveCost(), b.EffectiveCost()), cmp.Compare(a.Name(), b.Name()))
 	})
-	return []policy.OfferingCount{{Offering: best.Name(), Count: n}}
+	return []policy.OfferingCount{{Offering: best.Name(), Count: len(p.IDs)}}
 }
 
 func ordinals(ids []reconcile.NodeID) []int {

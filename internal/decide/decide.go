@@ -80,7 +80,10 @@ type Result struct {
 	TargetTracking *policy.TargetTrackingFigures `json:"target_tracking,omitempty"`
 	Utilization    *policy.UtilizationFigures    `json:"utilization,omitempty"`
 	Tide           *policy.TideFigures           `json:"tide,omitempty"`
-	State          policy.State                  `json:"state"`
+	// Launch is the purchase behind a raised count: the offerings the new
+	// nodes would be launched from, with fallbacks.
+	Launch []capacity.Launch `json:"launch,omitempty"`
+	State  policy.State      `json:"state"`
 	// Controller is the controller step after the policy (with a
 	// snapshot's controller view only).
 	Controller *Plan `json:"controller,omitempty"`
@@ -244,7 +247,7 @@ func Decide(in Input, s Snapshot) (Result, error) {
 		Pool: in.Pool, Policy: p.Name(), Time: s.Time,
 		Previous: s.Desired, Desired: d.Desired, Changed: d.Desired != s.Desired,
 		Code: d.Reason.Code, Reason: d.Reason.String(),
-		TargetTracking: d.TargetTracking, Utilization: d.Utilization, Tide: d.Tide,
+		TargetTracking: d.TargetTracking, Utilization: d.Utilization, Tide: d.Tide, Launch: d.Launch,
 		State: d.State,
 	}
 	if s.Controller != nil {

@@ -138,11 +138,11 @@ func New(cfg Config) (Policy, error) {
 	}
 	switch cfg.Policy {
 	case Skyward:
-		return NewSkyward(cfg), nil
+		return withPurchase(NewSkyward(cfg), cfg), nil
 	case TargetTracking:
-		return NewTargetTracking(cfg), nil
+		return withPurchase(NewTargetTracking(cfg), cfg), nil
 	case Utilization:
-		return NewUtilization(cfg), nil
+		return withPurchase(NewUtilization(cfg), cfg), nil
 	default:
 		return NewTide(cfg), nil
 	}

@@ -51,6 +51,9 @@ type Input struct {
 	Pressure capacity.Pressure
 	// State is the State returned by the previous Decide (zero on the first call).
 	State State
+	// Unavailable names the offerings that are out of capacity now (the
+	// controller's ICE cache): a purchase does not count on them.
+	Unavailable []string
 }
 
 // Decision is a policy's answer.
@@ -65,6 +68,10 @@ type Decision struct {
 	Utilization *UtilizationFigures `json:"utilization,omitempty"`
 	// Tide holds the tide policy's figures (nil for others).
 	Tide *TideFigures `json:"tide,omitempty"`
+	// Launch is the purchase behind a raised Desired: which offerings the
+	// new nodes should be, with fallbacks (nil: the controller's default,
+	// the cheapest offering).
+	Launch []capacity.Launch `json:"launch,omitempty"`
 	// State is to be passed as Input.State on the next call.
 	State State `json:"state"`
 	// Recheck, when set, is the time at which the same input may decide
@@ -192,6 +199,17 @@ type TideFigures struct {
 	Mix []OfferingCount `json:"mix,omitempty"`
 	// Cost is the effective cost per hour of Mix.
 	Cost float64 `json:"cost_per_hour"`
+	// Nodes is the number of new nodes in Mix.
+	Nodes int `json:"nodes,omitempty"`
+	// Bound is a proven lower bound on the effective cost per hour of any
+	// purchase for the same backlog, and Gap = (Cost − Bound) / Bound, the
+	// most Mix can cost above the cheapest purchase (valid when HasBound).
+	Bound    float64 `json:"bound_per_hour,omitempty"`
+	Gap      float64 `json:"gap,omitempty"`
+	HasBound bool    `json:"has_bound,omitempty"`
+	// Method is how Mix was found: "optimized" (column generation) or
+	// "packed" (first fit decreasing was as cheap).
+	Method string `json:"method,omitempty"`
 	// Idle lists the nodes empty for longer than the idle timeout.
 	Idle []string `json:"idle,omitempty"`
 }
@@ -200,4 +218,26 @@ type TideFigures struct {
 type OfferingCount struct {
 	Offering string `json:"offering"`
 	Count    int    `json:"count"`
+}
+
+// Purchase says what the tide policy buys and how far from the cheapest
+// purchase it may be, e.g. "buys 12 x g4/on-demand for $57.40/h, within
+// 0.0 % of the bound"; "" when it buys nothing.
+func (f *TideFigures) Purchase() string {
+	if f == nil || len(f.Mix) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("buys ")
+	for i, m := range f.Mix {
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		fmt.Fprintf(&b, "%d x %s", m.Count, m.Offering)
+	}
+	fmt.Fprintf(&b, " for $%.2f/h", f.Cost)
+	if f.HasBound {
+		fmt.Fprintf(&b, ", within %.1f %% of the bound ($%.2f/h)", 100*f.Gap, f.Bound)
+	}
+	return b.String()
 }

@@ -142,7 +142,7 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int) Decision {
 			offs[i] = o
 		}
 	}
-	res := binpack.Pack(pending, offs, binpack.WithFree(free))
+	res := binpack.Buy(pending, offs, binpack.BuyOptions{Free: free, MaxNodes: -1, Limit: tideLimits(cfg.Offerings, in.Unavailable)})
 
 	// Empty nodes that the backlog leaves empty are spare capacity already.
 	stillEmpty := 0
@@ -157,8 +157,8 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int) Decision {
 			idle = append(idle, nodes[i].ID)
 		}
 	}
-	spare := max(max(cfg.Headroom, burstSpare(len(res.New), in.Desired-v.unmarked))-stillEmpty, 0)
-	need := v.unmarked + len(res.New) + spare
+	spare := max(max(cfg.Headroom, burstSpare(res.Nodes, in.Desired-v.unmarked))-stillEmpty, 0)
+	need := v.unmarked + res.Nodes + spare
 	// Unfit shapes are those the unlimited packing could not place.
 	unfitGroup, unfitCount := -1, 0
 	for g, u := range res.Unplaced {
@@ -169,9 +169,15 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int) Decision {
 	if need > cfg.Nodes.Max {
 		// Buy only what max allows: repack with a cap, so that the mix is
 		// what will really be launched.
-		res = binpack.Pack(pending, offs, binpack.WithFree(free), binpack.WithMaxNew(max(cfg.Nodes.Max-v.unmarked, 0)))
+		res = binpack.Buy(pending, offs, binpack.BuyOptions{Free: free, MaxNodes: max(cfg.Nodes.Max-v.unmarked, 0),
+			Limit: tideLimits(cfg.Offerings, in.Unavailable)})
 	}
-	fig := &TideFigures{Mix: tideMix(&res, cfg.Offerings), Cost: res.Cost, Idle: idle}
+	fig := &TideFigures{Mix: tideMix(&res, cfg.Offerings), Cost: res.Cost, Idle: idle, Nodes: res.Nodes, Method: res.Method}
+	if g := res.Gap(); res.HasBound && !math.IsInf(g, 0) && !math.IsNaN(g) {
+		fig.Bound, fig.Gap = res.Bound, g
+		fig.HasBound = true
+	}
+	launch := tideLaunches(&res, offs, cfg.Offerings, spare, pending)
 	desired := max(in.Desired, need)
 
 	var reason Reason
@@ -193,8 +199,8 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int) Decision {
 		reason = NewReason(CodeAtMax, "%d queued instances need %d nodes; held at max %d", int64(queued), int64(desired), int64(cfg.Nodes.Max))
 	case desired > in.Desired:
 		reason = NewReason(CodeScaleUp, "%d queued instances need %d new nodes and %d spare, effective cost %d cents/h",
-			int64(queued), int64(len(res.New)), int64(spare), int64(math.Round(res.Cost*100)))
-	case len(res.New) == 0 && spare == 0:
+			int64(queued), int64(res.Nodes), int64(spare), int64(math.Round(res.Cost*100)))
+	case res.Nodes == 0 && spare == 0:
 		reason = NewReason(CodeSteady, "%d queued instances fit the free space of existing nodes", int64(queued))
 	default:
 		reason = NewReason(CodeSteady, "%d queued instances need %d nodes; %d already requested", int64(queued), int64(need), int64(in.Desired))
@@ -202,7 +208,12 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int) Decision {
 	if desired > cfg.Nodes.Max {
 		desired = cfg.Nodes.Max // reason already says so
 	}
-	return Decision{Desired: desired, Reason: reason, Tide: fig}
+	d := Decision{Desired: desired, Reason: reason, Tide: fig}
+	if desired > in.Desired {
+		// The purchase and its spares, cut to what is asked for (the max).
+		d.Launch = fitLaunches(cfg, launch, desired-in.Desired, pending)
+	}
+	return d
 }
 
 // settle handles a pool without backlog: release nodes idle for long
@@ -239,9 +250,9 @@ func (p *tidePolicy) settle(in *Input, v *tideView) Decision {
 }
 
 // tideMix counts the new nodes per offering name, sorted by name.
-func tideMix(res *binpack.Result, offerings []capacity.Offering) []OfferingCount {
+func tideMix(res *binpack.Purchase, offerings []capacity.Offering) []OfferingCount {
 	var mix []OfferingCount
-	for o, c := range res.Counts(len(offerings)) {
+	for o, c := range res.Counts {
 		if c == 0 {
 			continue
 		}
@@ -302,4 +313,100 @@ func burstSpare(newNodes, booting int) int {
 		return 0
 	}
 	return tideBurstBase + newNodes/tideBurstPer
+}
+
+// tideLimits turns the offerings out of capacity (by name) into Buy's limits.
+func tideLimits(offerings []capacity.Offering, unavailable []string) []int {
+	if len(unavailable) == 0 {
+		return nil
+	}
+	lim := make([]int, len(offerings))
+	for i, o := range offerings {
+		lim[i] = -1
+		if slices.Contains(unavailable, o.Name()) {
+			lim[i] = 0
+		}
+	}
+	return lim
+}
+
+// tideLaunches turns a purchase into the launches a decision carries: per
+// group of identical new nodes, its offering and, cheapest first, the other
+// offerings that could host the same load (fallbacks should the offering be
+// out of capacity). Nodes of the dearest offerings come first, so that a
+// partial provision buys the nodes the largest work needs. The spare nodes
+// go to the offering the purchase buys most of (or, when it buys none, the
+// cheapest offering that fits the largest pending shape).
+func tideLaunches(res *binpack.Purchase, offs, named []capacity.Offering, spare int, pending []capacity.Pending) []capacity.Launch {
+	byCost := make([]int, len(offs))
+	for i := range byCost {
+		byCost[i] = i
+	}
+	slices.SortStableFunc(byCost, func(a, b int) int { return cmp.Compare(offs[a].EffectiveCost(), offs[b].EffectiveCost()) })
+	var out []capacity.Launch
+	for _, n := range res.New {
+		var load capacity.Resources
+		for _, pl := range n.Placements {
+			load = load.Add(pending[pl.Group].Requests.Scale(int64(pl.Count)))
+		}
+		l := capacity.Launch{Offering: named[n.Offering].Name(), Count: n.Count}
+		for _, o := range byCost {
+			if o != n.Offering && load.Fits(offs[o].Resources) && !slices.Contains(l.Fallback, named[o].Name()) && named[o].Name() != l.Offering {
+				l.Fallback = append(l.Fallback, named[o].Name())
+			}
+		}
+		if i := slices.IndexFunc(out, func(x capacity.Launch) bool {
+			return x.Offering == l.Offering && slices.Equal(x.Fallback, l.Fallback)
+		}); i >= 0 {
+			out[i].Count += l.Count
+		} else {
+			out = append(out, l)
+		}
+	}
+	cost := map[string]float64{}
+	for _, o := range named {
+		cost[o.Name()] = o.EffectiveCost()
+	}
+	slices.SortStableFunc(out, func(a, b capacity.Launch) int { return cmp.Compare(cost[b.Offering], cost[a.Offering]) })
+	if spare > 0 {
+		most := -1
+		for i := range out {
+			if most < 0 || out[i].Count > out[most].Count {
+				most = i
+			}
+		}
+		if most >= 0 {
+			out = append(out, capacity.Launch{Offering: out[most].Offering, Count: spare, Fallback: slices.Clone(out[most].Fallback)})
+		} else if o := tideSpareOffering(offs, byCost, pending); o >= 0 {
+			out = append(out, capacity.Launch{Offering: named[o].Name(), Count: spare})
+		}
+	}
+	return out
+}
+
+// tideSpareOffering returns the cheapest offering that fits the largest
+// pending shape (by dominant share), or -1.
+func tideSpareOffering(offs []capacity.Offering, byCost []int, pending []capacity.Pending) int {
+	best := -1
+	for _, o := range byCost {
+		all := true
+		for _, g := range pending {
+			if g.Count > 0 && !g.Requests.Fits(offs[o].Resources) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return o
+		}
+		if best < 0 {
+			for _, g := range pending {
+				if g.Count > 0 && g.Requests.Fits(offs[o].Resources) {
+					best = o
+					break
+				}
+			}
+		}
+	}
+	return best
 }

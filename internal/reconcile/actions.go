@@ -3,6 +3,8 @@ package reconcile
 import (
 	"fmt"
 	"time"
+
+	"github.com/tide-project/tide/internal/capacity"
 )
 
 // Action is an output of Pool.Step for the driver to carry out, in order. The
@@ -17,6 +19,10 @@ type Action interface {
 // Provisioned or ProvisionFailed.
 type Provision struct {
 	IDs []NodeID
+	// Launch says which offerings the new nodes should be, applied to IDs
+	// in order (the policy's purchase); ids past its counts, or all of
+	// them when it is empty, take the driver's default offering.
+	Launch []capacity.Launch
 }
 
 // Drain stops dispatch to a node and lets its work finish; the driver answers
@@ -95,7 +101,12 @@ func (Unmark) isAction()     {}
 func (Note) isAction()       {}
 
 // String formats the action for logs and transcripts.
-func (a Provision) String() string { return "provision " + formatIDs(a.IDs) }
+func (a Provision) String() string {
+	if len(a.Launch) == 0 {
+		return "provision " + formatIDs(a.IDs)
+	}
+	return "provision " + formatIDs(a.IDs) + " as " + FormatLaunch(a.Launch)
+}
 
 // String formats the action for logs and transcripts.
 func (a Drain) String() string { return fmt.Sprintf("drain %d", a.ID) }

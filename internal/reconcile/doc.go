@@ -27,6 +27,13 @@
 // and effective = |current| + |pending| + |in flight|. New nodes take the
 // lowest free ordinals, so a lost node 0 is replaced by a new node 0.
 //
+// A DesiredChanged may carry the policy's purchase (capacity.Launch: which
+// offerings the new nodes should be). The pool keeps it as a plan and hands
+// its front to each Provision, in id order; the launches of ids a provision
+// did not create go back to the front of the plan, a new purchase replaces
+// it and a lower desired count drops it. Without a purchase, Provision
+// carries none and the driver picks the offering.
+//
 // # States
 //
 // The state is derived from the sets, so it can never disagree with them:

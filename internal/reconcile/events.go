@@ -25,6 +25,10 @@ type DesiredChanged struct {
 	Desired int
 	// Reason is the policy's reason, kept for Describe.
 	Reason string
+	// Launch, when set, is the purchase behind the new count: the next
+	// provisions ask for these offerings, in order (it replaces any plan
+	// left from an earlier DesiredChanged).
+	Launch []capacity.Launch
 }
 
 // BoundsChanged resizes the pool (a new min/desired/max). An invalid spec is
@@ -81,6 +85,9 @@ type DrainComplete struct {
 // event after New.
 type Adopt struct {
 	Current, Pending, Busy []NodeID
+	// Launch, when set, is the purchase for the nodes the adopted pool is
+	// short of (a decision that arrived before the restart finished).
+	Launch []capacity.Launch
 }
 
 func (DesiredChanged) isEvent()  {}
@@ -96,10 +103,28 @@ func (Adopt) isEvent()           {}
 
 // String formats the event for logs and transcripts.
 func (e DesiredChanged) String() string {
-	if e.Reason == "" {
-		return fmt.Sprintf("desired %d", e.Desired)
+	s := fmt.Sprintf("desired %d", e.Desired)
+	if e.Reason != "" {
+		s += " (" + e.Reason + ")"
 	}
-	return fmt.Sprintf("desired %d (%s)", e.Desired, e.Reason)
+	if len(e.Launch) > 0 {
+		s += " buying " + FormatLaunch(e.Launch)
+	}
+	return s
+}
+
+// FormatLaunch writes launches as "2 x g8/on-demand, 1 x g2/spot".
+func FormatLaunch(ls []capacity.Launch) string {
+	var b strings.Builder
+	for i, l := range ls {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(l.Count))
+		b.WriteString(" x ")
+		b.WriteString(l.Offering)
+	}
+	return b.String()
 }
 
 // String formats the event for logs and transcripts.

@@ -79,9 +79,10 @@ type Pool struct {
 	busy     idSet // subset of current: nodes running non-daemon work
 	marks    map[NodeID]time.Time
 
-	call    *provisionCall // the one outstanding Provision, or nil
-	backoff bool           // a provision failed: only a Tick may provision again
-	blocked string         // the last drain-blocked note, to not repeat it
+	call    *provisionCall    // the one outstanding Provision, or nil
+	plan    []capacity.Launch // the purchase not yet asked for, in order
+	backoff bool              // a provision failed: only a Tick may provision again
+	blocked string            // the last drain-blocked note, to not repeat it
 
 	now time.Time
 	out []Action
@@ -89,7 +90,8 @@ type Pool struct {
 
 // provisionCall is an outstanding Provision action.
 type provisionCall struct {
-	asked []NodeID
+	asked  []NodeID
+	launch []capacity.Launch // the plan's launches it asked for, in id order
 	// open holds the asked ids that still count toward the effective size:
 	// not yet joined early and not lost.
 	open idSet
@@ -175,8 +177,73 @@ func (p *Pool) onDesired(ev DesiredChanged) {
 	case d < p.cfg.Nodes.Min:
 		p.note(NoteBelowMin, fmt.Sprintf("desired %d is below min %d: refused, using %d", d, p.cfg.Nodes.Min, p.cfg.Nodes.Min))
 	}
+	old := p.desired
 	p.desired = p.clamp(d)
 	p.reason = ev.Reason
+	switch {
+	case ev.Launch != nil:
+		p.plan = cloneLaunch(ev.Launch)
+	case p.desired < old:
+		p.plan = nil // the purchase is no longer wanted
+	}
+}
+
+// takePlan removes the launches of up to n nodes from the front of the plan.
+func (p *Pool) takePlan(n int) []capacity.Launch {
+	var out []capacity.Launch
+	for n > 0 && len(p.plan) > 0 {
+		l := p.plan[0]
+		k := min(n, l.Count)
+		if k <= 0 {
+			p.plan = p.plan[1:]
+			continue
+		}
+		t := l
+		t.Count = k
+		t.Fallback = slices.Clone(l.Fallback)
+		out = append(out, t)
+		n -= k
+		if p.plan[0].Count -= k; p.plan[0].Count == 0 {
+			p.plan = p.plan[1:]
+		}
+	}
+	if len(p.plan) == 0 {
+		p.plan = nil
+	}
+	return out
+}
+
+// giveBack returns to the front of the plan the launches of the asked ids
+// of call that were not created (got nil: none were).
+func (p *Pool) giveBack(c *provisionCall, got idSet) {
+	var back []capacity.Launch
+	i := 0
+	for _, l := range c.launch {
+		for range l.Count {
+			if i < len(c.asked) && !got.has(c.asked[i]) {
+				if n := len(back); n > 0 && back[n-1].Offering == l.Offering && slices.Equal(back[n-1].Fallback, l.Fallback) {
+					back[n-1].Count++
+				} else {
+					back = append(back, capacity.Launch{Offering: l.Offering, Count: 1, Fallback: slices.Clone(l.Fallback)})
+				}
+			}
+			i++
+		}
+	}
+	if len(back) > 0 {
+		p.plan = append(back, p.plan...)
+	}
+}
+
+func cloneLaunch(ls []capacity.Launch) []capacity.Launch {
+	out := make([]capacity.Launch, 0, len(ls))
+	for _, l := range ls {
+		if l.Count > 0 {
+			l.Fallback = slices.Clone(l.Fallback)
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func (p *Pool) onBounds(ev BoundsChanged) {
@@ -216,6 +283,7 @@ func (p *Pool) onProvisioned(ev Provisioned) {
 	if len(stray) > 0 {
 		p.note(NoteIgnored, fmt.Sprintf("provision result names %s, which %s not asked for", p.nodesText(sortedIDs(stray)), wasWere(len(stray))))
 	}
+	p.giveBack(c, got)
 	switch {
 	case len(got) == 0:
 		p.backoff = true
@@ -230,6 +298,7 @@ func (p *Pool) onProvisionFailed(ev ProvisionFailed) {
 		p.note(NoteIgnored, fmt.Sprintf("provision failure %q with no provision call in flight", ev.Err))
 		return
 	}
+	p.giveBack(p.call, nil)
 	p.call = nil
 	p.backoff = true
 	p.note(NoteProvisionFailed, fmt.Sprintf("provision failed: %s, retry on next tick", ev.Err))
@@ -317,7 +386,7 @@ func (p *Pool) onDrainComplete(id NodeID) {
 func (p *Pool) onAdopt(ev Adopt) {
 	p.current, p.pending, p.draining, p.busy = idSet{}, idSet{}, idSet{}, idSet{}
 	p.marks = map[NodeID]time.Time{}
-	p.call, p.backoff, p.blocked = nil, false, ""
+	p.call, p.backoff, p.blocked, p.plan = nil, false, "", cloneLaunch(ev.Launch)
 	var bad []string
 	for _, id := range ev.Current {
 		if id < 0 {
@@ -526,8 +595,9 @@ func (p *Pool) scaleUp() {
 			ids = append(ids, id)
 		}
 	}
-	p.call = &provisionCall{asked: ids, open: newIDSet(ids...)}
-	p.emit(Provision{IDs: slices.Clone(ids)})
+	launch := p.takePlan(len(ids))
+	p.call = &provisionCall{asked: ids, open: newIDSet(ids...), launch: launch}
+	p.emit(Provision{IDs: slices.Clone(ids), Launch: cloneLaunch(launch)})
 }
 
 // State returns the reconciler's state: draining while any node drains,
@@ -604,6 +674,9 @@ func (p *Pool) Describe() string {
 	}
 	fmt.Fprintf(&b, "draining: %s\n", formatIDs(p.draining.sorted()))
 	fmt.Fprintf(&b, "busy: %s\n", formatIDs(p.busy.sorted()))
+	if len(p.plan) > 0 {
+		fmt.Fprintf(&b, "plan: %s\n", FormatLaunch(p.plan))
+	}
 	if len(p.marks) == 0 {
 		b.WriteString("marks: none\n")
 	} else {

@@ -768,7 +768,8 @@ func (e *engine) reportBusy() bool {
 // desired count changed (and was handed to the controller).
 func (e *engine) evaluate() bool {
 	e.changed = false
-	d := e.pol.Decide(policy.Input{Now: e.now, Desired: e.desired, Pressure: e.pressure(), State: e.state})
+	d := e.pol.Decide(policy.Input{Now: e.now, Desired: e.desired, Pressure: e.pressure(), State: e.state,
+		Unavailable: e.ctl.Unavailable(e.now)})
 	e.state = d.State
 	if d.Desired == e.desired {
 		return false

@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestDecideShowsThePurchaseGap is issue 23's first reproduction through
+// `tide decide`: an empty pool of one 64 CPU / 256 GiB / 4 GPU offering;
+// tide buys 12 nodes (first fit decreasing needed 15) and says it is
+// within 0.0 % of the proven bound.
+func TestDecideShowsThePurchaseGap(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "pool.yaml", `pools:
+  - name: gpu
+    provider: {type: sim}
+    nodes: [0, 100]
+    offerings:
+      - {type: g4, cpu: 64, memory: 256Gi, gpus: 4, price: 4.783}
+    scaling: {policy: tide}
+`)
+	snap := writeFile(t, dir, "snap.json", `{
+  "time": "2026-01-01T00:01:00Z",
+  "desired": 0,
+  "state": {"pending_since": "2026-01-01T00:00:00Z"},
+  "nodes": [],
+  "pending": [
+    {"requests": {"cpu": "17.25", "memory": "116.25Gi"}, "count": 12},
+    {"requests": {"cpu": "14.25", "memory": "27.25Gi", "gpus": 1}, "count": 30},
+    {"requests": {"cpu": "18.75", "memory": "84.75Gi", "gpus": 4}, "count": 2}
+  ]
+}`)
+	code, out, errs := run(t, "", "decide", "--config", cfg, "--snapshot", snap)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "buys 12 x g4/on-demand for $57.40/h, within 0.0 % of the bound") ||
+		!strings.Contains(out, "launch") {
+		t.Fatalf("output:\n%s", out)
+	}
+	code, out, errs = run(t, "", "decide", "--config", cfg, "--snapshot", snap, "-o", "json")
+	if code != 0 || !strings.Contains(out, `"launch"`) || !strings.Contains(out, `"bound_per_hour"`) {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+}
