@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -220,6 +221,9 @@ type DialConfig struct {
 	// a peer that does not answer within as long is declared dead and the
 	// connection is re-dialed.
 	KeepaliveTime time.Duration
+	// MaxReconnectDelay caps the wait between re-dials of a lost
+	// connection (0: 5s), so a plugin that comes back is used again soon.
+	MaxReconnectDelay time.Duration
 }
 
 type tokenCreds struct {
@@ -240,6 +244,8 @@ func Dial(ctx context.Context, addr string, cfg DialConfig) (*Client, error) {
 	ka := cmpDur(cfg.KeepaliveTime, 10*time.Second)
 	opts := []grpc.DialOption{
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ka, Timeout: ka, PermitWithoutStream: true}),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond,
+			Multiplier: 1.6, Jitter: 0.2, MaxDelay: cmpDur(cfg.MaxReconnectDelay, 5*time.Second)}, MinConnectTimeout: 5 * time.Second}),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS)))
