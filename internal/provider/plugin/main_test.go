@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 
 // pluginLatency is the sim plugin's transition latency: long enough that
 // the suite sees machines Creating, short enough to settle quickly.
-const pluginLatency = 60 * time.Millisecond
+const pluginLatency = 200 * time.Millisecond
 
 func servePlugin(mode string) {
 	if mode == "proxy" {

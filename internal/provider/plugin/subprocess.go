@@ -285,3 +285,13 @@ func (w slogWriter) Write(b []byte) (int, error) {
 	w.log.Info("plugin stderr", "line", string(b))
 	return len(b), nil
 }
+
+// Info returns what the running plugin said in its handshake (empty while
+// it is being restarted).
+func (s *Subprocess) Info() (name, version string, capabilities []string) {
+	c, err := s.current()
+	if err != nil {
+		return "", "", nil
+	}
+	return c.Info()
+}
