@@ -7,14 +7,20 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/provider/local"
 	"github.com/tide-project/tide/internal/provider/plugin"
 	"github.com/tide-project/tide/internal/provider/providertest"
+	"github.com/tide-project/tide/internal/strictjson"
 	sdk "github.com/tide-project/tide/sdk/provider"
 )
 
@@ -27,7 +33,7 @@ serve the tide.provider.v1 gRPC protocol (docs/provider-protocol.md), either as
 a subprocess tide starts (provider: {type: plugin, options: {command: [...]}})
 or as a remote service (options: {address: host:port, tls: {...}, token_file: F}).`,
 	}
-	cmd.AddCommand(newProviderTestCmd(s), newProviderServeSimCmd(s))
+	cmd.AddCommand(newProviderTestCmd(s), newProviderServeSimCmd(s), newProviderServeLocalCmd(s))
 	return cmd
 }
 
@@ -212,5 +218,60 @@ by that CA (mutual TLS) and --token-file to require a bearer token.`,
 	f.StringVar(&rf.cert, "tls-cert", "", "server certificate file")
 	f.StringVar(&rf.key, "tls-key", "", "server key file")
 	f.StringVar(&rf.tokenFile, "token-file", "", "require this bearer token (file)")
+	return cmd
+}
+
+func newProviderServeLocalCmd(s Streams) *cobra.Command {
+	var root, offerings string
+	cmd := &cobra.Command{
+		Use:   "serve-local --root DIR [--offerings JSON]",
+		Short: "Serve the local provider (tide worker processes on this machine) as a plugin",
+		Long: `Serve the local provider as a plugin that tide starts: each machine is a
+` + "`tide worker`" + ` process on this machine, joined to the head named in the bootstrap
+blob of Configure, with its state under --root. --offerings is a JSON array of
+offerings in the config's form (default: one offering sized to this machine).
+On SIGTERM (tide stopping the pool) every worker is stopped before exiting; when
+tide merely closes the plugin, workers keep running and are adopted next time.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !sdk.IsPluginProcess() {
+				return badInput(errors.New("serve-local: tide starts me as a plugin (provider.options.command)"))
+			}
+			if root == "" {
+				return badInput(errors.New("--root: must be set"))
+			}
+			var offs []capacity.Offering
+			if offerings != "" {
+				if err := strictjson.Decode([]byte(offerings), &offs); err != nil {
+					return badInput(fmt.Errorf("--offerings: %w", err))
+				}
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			prov, err := local.New(local.Config{Root: root, Command: local.WorkerCommand(exe), Offerings: offs})
+			if err != nil {
+				return badInput(err)
+			}
+			term := make(chan os.Signal, 1)
+			signal.Notify(term, syscall.SIGTERM)
+			go func() {
+				<-term
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				code := 0
+				if err := prov.Shutdown(ctx); err != nil {
+					fmt.Fprintf(s.Err, "serve-local: stopping workers: %v\n", err)
+					code = 1
+				}
+				os.Exit(code)
+			}()
+			sdk.Serve(plugin.ToSDK(prov), sdk.WithInfo(sdk.Info{Name: "local", Version: "tide"}))
+			return prov.Close()
+		},
+	}
+	cmd.Flags().StringVar(&root, "root", "", "directory of the provider's state and machines")
+	cmd.Flags().StringVar(&offerings, "offerings", "", "JSON array of offerings, e.g. [{\"type\":\"local-1cpu\",\"cpu\":1,\"memory\":\"1Gi\"}]")
 	return cmd
 }

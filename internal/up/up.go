@@ -97,7 +97,7 @@ type pool struct {
 	pol  policy.Policy
 	ctl  *controller.Controller
 	loop *autoscale.Pool
-	prov *local.Provider
+	prov poolProvider
 }
 
 // Run runs the head and the pools until ctx ends, then drains and stops
@@ -226,8 +226,8 @@ func loadPools(path string) ([]config.Pool, error) {
 		return nil, err
 	}
 	for _, p := range f.Pools {
-		if p.Provider.Type != "local" {
-			return nil, fmt.Errorf("%s: pool %q: provider.type: tide up runs local pools only, got %q", path, p.Name, p.Provider.Type)
+		if p.Provider.Type != "local" && p.Provider.Type != "plugin" {
+			return nil, fmt.Errorf("%s: pool %q: provider.type: tide up runs local and plugin pools only, got %q", path, p.Name, p.Provider.Type)
 		}
 	}
 	return f.Pools, nil
@@ -283,12 +283,7 @@ func startPool(ctx context.Context, pc config.Pool, cfg Config, h *head.Head, bo
 	if err != nil {
 		return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
-	prov, err := local.New(local.Config{
-		Root:      filepath.Join(cfg.DataDir, "machines", pc.Name),
-		Command:   local.WorkerCommand(cfg.Binary),
-		Offerings: pc.Offerings,
-		Logger:    plog.With("component", "local-provider"),
-	})
+	prov, err := newPoolProvider(ctx, pc, cfg, plog)
 	if err != nil {
 		return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
@@ -311,7 +306,7 @@ func startPool(ctx context.Context, pc config.Pool, cfg Config, h *head.Head, bo
 		ControllerID:      "tide-up",
 		ReconcileInterval: pc.ReconcileEvery(),
 	}, controller.Deps{
-		Provider: provider.Instrument(prov, cfg.Registry, provider.WithName("local")),
+		Provider: provider.Instrument(prov, cfg.Registry, provider.WithName(pc.Provider.Type)),
 		Journal:  journal,
 		Workload: h.Workload(),
 		Clock:    clock.Real{},

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os/exec"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -294,4 +295,40 @@ func (s *Subprocess) Info() (name, version string, capabilities []string) {
 		return "", "", nil
 	}
 	return c.Info()
+}
+
+// Shutdown stops the plugin for good, letting it clean up: supervision
+// ends, the plugin gets SIGTERM and until ctx is done to exit (a plugin
+// that started processes stops them then), and is killed after that.
+func (s *Subprocess) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	gp, pid := s.gp, s.pid
+	s.gp, s.client = nil, nil
+	s.mu.Unlock()
+	if gp == nil {
+		return nil
+	}
+	defer gp.Kill()
+	if pid <= 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
+		return nil
+	}
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for !gp.Exited() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("provider plugin %s did not exit after SIGTERM: killed", s.cfg.Command[0])
+		case <-poll.C:
+		}
+	}
+	return nil
 }
