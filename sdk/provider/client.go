@@ -16,6 +16,10 @@ import (
 	pb "github.com/tide-project/tide/api/provider/v1"
 )
 
+// MaxMessageSize bounds a response tide accepts (a List of about a million
+// machines); gRPC's default of 4 MiB would stop near 40,000.
+const MaxMessageSize = 256 << 20
+
 // DefaultCallTimeout bounds a call whose context has no deadline.
 const DefaultCallTimeout = 10 * time.Second
 
@@ -246,6 +250,7 @@ func Dial(ctx context.Context, addr string, cfg DialConfig) (*Client, error) {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ka, Timeout: ka, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond,
 			Multiplier: 1.6, Jitter: 0.2, MaxDelay: cmpDur(cfg.MaxReconnectDelay, 5*time.Second)}, MinConnectTimeout: 5 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize)),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS)))

@@ -40,7 +40,16 @@ func servePlugin(mode string) {
 		sdk.Serve(c, sdk.WithInfo(sdk.Info{Name: "proxy", Version: "test"}))
 		return
 	}
-	cloud, err := plugin.NewSim(nil, pluginLatency, 1)
+	latency := pluginLatency
+	if v := os.Getenv("TIDE_TEST_SIM_LATENCY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		latency = d
+	}
+	cloud, err := plugin.NewSim(nil, latency, 1)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

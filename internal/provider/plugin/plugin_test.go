@@ -87,6 +87,12 @@ func TestConformanceOverGRPC(t *testing.T) {
 // startPlugin starts this test binary as a subprocess plugin in mode.
 func startPlugin(t *testing.T, mode string, env ...string) *plugin.Subprocess {
 	t.Helper()
+	return startPluginB(t, mode, env...)
+}
+
+// startPluginB is startPlugin for tests and benchmarks.
+func startPluginB(t testing.TB, mode string, env ...string) *plugin.Subprocess {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

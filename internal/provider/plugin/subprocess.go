@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
 	sdk "github.com/tide-project/tide/sdk/provider"
 )
@@ -101,6 +102,7 @@ func (s *Subprocess) start() (*goplugin.Client, *sdk.Client, error) {
 		Cmd:              cmd,
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		StartTimeout:     s.cfg.StartTimeout,
+		GRPCDialOptions:  []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(sdk.MaxMessageSize))},
 		Stderr:           stderr,
 		Logger:           hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Off}),
 	})
