@@ -41,7 +41,7 @@ func fakeSim(t *testing.T) (*sim.Cloud, *clock.Fake) {
 }
 
 // serveLoopback serves p on a loopback port and returns a client conn.
-func serveLoopback(t *testing.T, p sdk.Provider, opts ...sdk.ServerOption) *grpc.ClientConn {
+func serveLoopback(t testing.TB, p sdk.Provider, opts ...sdk.ServerOption) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
