@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/provider/plugin"
+	"github.com/tide-project/tide/internal/provider/plugin/plugintest"
 	sdk "github.com/tide-project/tide/sdk/provider"
 )
 
@@ -142,4 +143,78 @@ func TestProviderTestUsage(t *testing.T) {
 	if code, _, errs := runTide(t, "provider", "serve-sim"); code != ExitUsage || !strings.Contains(errs, "--listen") {
 		t.Errorf("serve-sim outside tide without --listen: exit %d (%s), want 2", code, errs)
 	}
+}
+
+// startServer starts a remote plugin process and returns the address it
+// printed on its first line of stdout ("... on HOST:PORT" or "... port N").
+func startServer(t *testing.T, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 256)
+		n, _ := stdout.Read(buf)
+		line <- strings.TrimSpace(string(buf[:n]))
+	}()
+	select {
+	case l := <-line:
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			t.Fatalf("%s printed nothing", name)
+		}
+		addr := f[len(f)-1]
+		if !strings.Contains(addr, ":") {
+			addr = "127.0.0.1:" + addr
+		}
+		return addr
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not print its address within 30s", name)
+	}
+	return ""
+}
+
+// TestProviderTestRemoteMTLS: `tide provider serve-sim --listen` with a
+// server certificate and a client CA (mutual TLS), checked by `tide provider
+// test --address` with a client certificate; without one, the test cannot
+// even connect.
+func TestProviderTestRemoteMTLS(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := plugintest.WritePKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := startServer(t, []string{"TIDE_CLI_TEST_MAIN=1"}, exe, "provider", "serve-sim", "--listen", "127.0.0.1:0",
+		"--latency", "200ms", "--tls-cert", k.ServerCert, "--tls-key", k.ServerKey, "--tls-ca", k.CA)
+	code, out, errs := runTide(t, "provider", "test", "--address", addr, "--tls-ca", k.CA,
+		"--tls-cert", k.ClientCert, "--tls-key", k.ClientKey)
+	wantAllPassed(t, code, out, errs)
+	if code, _, _ := runTide(t, "provider", "test", "--address", addr, "--tls-ca", k.CA); code != ExitError {
+		t.Fatalf("without a client certificate: exit %d, want 1", code)
+	}
+}
+
+// TestProviderTestPythonRemote: the Python example served remotely
+// (--listen) passes the suite through --address.
+func TestProviderTestPythonRemote(t *testing.T) {
+	python, script := pythonPlugin(t)
+	addr := startServer(t, nil, python, script, "--latency", "0.3", "--listen", "127.0.0.1:0",
+		filepath.Join(t.TempDir(), "machines.json"))
+	code, out, errs := runTide(t, "provider", "test", "--address", addr)
+	wantAllPassed(t, code, out, errs)
 }

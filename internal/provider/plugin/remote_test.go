@@ -2,13 +2,6 @@ package plugin_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,76 +11,18 @@ import (
 
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/plugin"
+	"github.com/tide-project/tide/internal/provider/plugin/plugintest"
 	sdk "github.com/tide-project/tide/sdk/provider"
 )
 
-// pki writes a CA, a server certificate for 127.0.0.1 and two client
-// certificates (one from another CA) as PEM files in dir.
-type pki struct{ dir string }
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
+func newPKI(t *testing.T) plugintest.PKI {
 	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+	k, err := plugintest.WritePKI(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
+	return k
 }
-
-// newCA returns a CA certificate and key, written as name.pem.
-func newCA(t *testing.T, dir, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, name+".pem"), "CERTIFICATE", der)
-	return cert, key
-}
-
-// leaf writes name.pem and name-key.pem signed by the CA.
-func leaf(t *testing.T, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, name+".pem"), "CERTIFICATE", der)
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, name+"-key.pem"), "EC PRIVATE KEY", kb)
-}
-
-func newPKI(t *testing.T) pki {
-	dir := t.TempDir()
-	ca, caKey := newCA(t, dir, "ca")
-	leaf(t, dir, "server", ca, caKey, x509.ExtKeyUsageServerAuth)
-	leaf(t, dir, "client", ca, caKey, x509.ExtKeyUsageClientAuth)
-	other, otherKey := newCA(t, dir, "other-ca")
-	leaf(t, dir, "intruder", other, otherKey, x509.ExtKeyUsageClientAuth)
-	return pki{dir: dir}
-}
-
-func (p pki) f(name string) string { return filepath.Join(p.dir, name) }
 
 // serveRemote serves the sim provider (real clock) as a remote plugin.
 func serveRemote(t *testing.T, cfg sdk.RemoteConfig) string {
@@ -112,7 +47,7 @@ func serveRemote(t *testing.T, cfg sdk.RemoteConfig) string {
 // without a certificate, or with one from another CA, is refused.
 func TestConformanceRemoteMTLS(t *testing.T) {
 	k := newPKI(t)
-	srv := &plugin.TLSFiles{CertFile: k.f("server.pem"), KeyFile: k.f("server-key.pem"), CAFile: k.f("ca.pem")}
+	srv := &plugin.TLSFiles{CertFile: k.ServerCert, KeyFile: k.ServerKey, CAFile: k.CA}
 	stls, err := srv.ServerTLS()
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +55,7 @@ func TestConformanceRemoteMTLS(t *testing.T) {
 	addr := serveRemote(t, sdk.RemoteConfig{TLS: stls})
 
 	p, closer, err := plugin.Open(t.Context(), plugin.Options{Address: addr,
-		TLS: &plugin.TLSFiles{CAFile: k.f("ca.pem"), CertFile: k.f("client.pem"), KeyFile: k.f("client-key.pem")}}, nil)
+		TLS: &plugin.TLSFiles{CAFile: k.CA, CertFile: k.ClientCert, KeyFile: k.ClientKey}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,9 +69,9 @@ func TestConformanceRemoteMTLS(t *testing.T) {
 	}
 
 	for name, files := range map[string]*plugin.TLSFiles{
-		"no client certificate":          {CAFile: k.f("ca.pem")},
-		"certificate from another CA":    {CAFile: k.f("ca.pem"), CertFile: k.f("intruder.pem"), KeyFile: k.f("intruder-key.pem")},
-		"server not trusted (no CA set)": {CertFile: k.f("client.pem"), KeyFile: k.f("client-key.pem")},
+		"no client certificate":          {CAFile: k.CA},
+		"certificate from another CA":    {CAFile: k.CA, CertFile: k.IntruderCert, KeyFile: k.IntruderKey},
+		"server not trusted (no CA set)": {CertFile: k.ClientCert, KeyFile: k.ClientKey},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		if _, c, err := plugin.Open(ctx, plugin.Options{Address: addr, TLS: files}, nil); err == nil {
