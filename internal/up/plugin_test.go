@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tide-project/tide/internal/provider/plugin"
 )
 
 // pluginPool is burstPool on a subprocess plugin: `tide provider
@@ -74,5 +76,21 @@ func TestCtrlCStopsPluginWorkers(t *testing.T) {
 	r.stop()
 	if n := workerProcesses(dir) + workerProcesses(r.dir); n != 0 {
 		t.Errorf("%d processes of this run still alive after Ctrl-C", n)
+	}
+}
+
+// TestShippedPluginExample: examples/plugin/tide.yaml loads, and its
+// plugin options parse.
+func TestShippedPluginExample(t *testing.T) {
+	pools, err := loadPools(filepath.Join("..", "..", "examples", "plugin", "tide.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pools) != 1 || pools[0].Provider.Type != "plugin" {
+		t.Fatalf("pools = %+v, want one plugin pool", pools)
+	}
+	o, err := plugin.ParseOptions(pools[0].Provider.Options)
+	if err != nil || len(o.Command) < 3 || o.Command[1] != "provider" {
+		t.Fatalf("options = %+v, %v", o, err)
 	}
 }
