@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/provider"
@@ -38,7 +39,8 @@ func newPoolProvider(ctx context.Context, pc config.Pool, cfg Config, plog *slog
 	}
 	log := plog.With("component", "provider-plugin")
 	if len(o.Command) > 0 {
-		s, err := plugin.StartSubprocess(plugin.SubprocessConfig{Command: o.Command, Env: o.Env, Logger: log})
+		s, err := plugin.StartSubprocess(plugin.SubprocessConfig{Command: o.Command, Env: o.Env, Logger: log,
+			CallTimeout: time.Duration(o.CallTimeout)})
 		if err != nil {
 			return nil, err
 		}
