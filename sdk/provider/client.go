@@ -111,7 +111,33 @@ func (c *Client) ack(ctx context.Context, cancel context.CancelFunc, a *pb.Ack, 
 	if err != nil {
 		return Ack{}, ErrorFromStatus(ctx, err)
 	}
+	if _, ok := stateFromPB[a.GetState()]; !ok {
+		return Ack{}, badReply("ack.state", fmt.Sprintf("unknown state %d", a.GetState()))
+	}
 	return ackFrom(a), nil
+}
+
+// ReplyError is a plugin reply that breaks the protocol (an unknown state,
+// a machine without an id). Field names the bad field of the reply.
+type ReplyError struct {
+	Field  string
+	Detail string
+}
+
+// Error describes the bad reply.
+func (e *ReplyError) Error() string { return "provider plugin reply: " + e.Field + ": " + e.Detail }
+
+func badReply(field, detail string) error { return &ReplyError{Field: field, Detail: detail} }
+
+// checkMachine checks one machine of a reply; field prefixes its errors.
+func checkMachine(field string, m *pb.Machine) error {
+	if m.GetId() == "" {
+		return badReply(field+".id", "must be set")
+	}
+	if _, ok := stateFromPB[m.GetState()]; !ok {
+		return badReply(field+".state", fmt.Sprintf("machine %q: unknown state %d", m.GetId(), m.GetState()))
+	}
+	return nil
 }
 
 // Create implements Provider.
@@ -154,6 +180,9 @@ func (c *Client) Get(ctx context.Context, id string) (Machine, error) {
 	if err != nil {
 		return Machine{}, ErrorFromStatus(ctx, err)
 	}
+	if err := checkMachine("machine", m); err != nil {
+		return Machine{}, err
+	}
 	return MachineFromPB(m), nil
 }
 
@@ -175,6 +204,9 @@ func (c *Client) List(ctx context.Context, f Filter) ([]Machine, error) {
 	}
 	out := make([]Machine, len(r.GetMachines()))
 	for i, m := range r.GetMachines() {
+		if err := checkMachine(fmt.Sprintf("machines[%d]", i), m); err != nil {
+			return nil, err
+		}
 		out[i] = MachineFromPB(m)
 	}
 	return out, nil

@@ -2,9 +2,12 @@ package plugin_test
 
 import (
 	"context"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -99,4 +102,47 @@ func FuzzCreateRequest(f *testing.F) {
 			t.Fatalf("ack names %q for %q", ack.GetMachineId(), req.GetMachineId())
 		}
 	})
+}
+
+// badReplies answers List and Create with states the protocol lacks.
+type badReplies struct {
+	pb.UnimplementedProviderServer
+}
+
+func (badReplies) Info(context.Context, *pb.InfoRequest) (*pb.InfoResponse, error) {
+	return &pb.InfoResponse{Name: "bad", Protocol: &pb.ProtocolVersion{Major: 1}}, nil
+}
+
+func (badReplies) List(context.Context, *pb.ListRequest) (*pb.ListResponse, error) {
+	return &pb.ListResponse{Machines: []*pb.Machine{{Id: "m0", State: pb.State_STATE_IDLE}, {Id: "m1", State: 42}}}, nil
+}
+
+func (badReplies) Create(context.Context, *pb.CreateRequest) (*pb.Ack, error) {
+	return &pb.Ack{MachineId: "m1"}, nil
+}
+
+// TestBadRepliesNameTheField: a plugin reply that breaks the protocol is an
+// error naming the reply's field (DESIGN invariant 6), not a machine in a
+// made-up state.
+func TestBadRepliesNameTheField(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	pb.RegisterProviderServer(g, badReplies{})
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	c, err := sdk.Dial(t.Context(), lis.Addr().String(), sdk.DialConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.List(t.Context(), sdk.Filter{}); err == nil || !strings.Contains(err.Error(), "machines[1].state") {
+		t.Fatalf("List with an unknown state = %v, want an error naming machines[1].state", err)
+	}
+	_, err = c.Create(t.Context(), sdk.CreateRequest{})
+	if e, ok := sdk.As[*sdk.ReplyError](err); !ok || e.Field != "ack.state" {
+		t.Fatalf("Create acked without a state = %v, want a ReplyError on ack.state", err)
+	}
 }
