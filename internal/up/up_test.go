@@ -264,7 +264,9 @@ func TestCtrlCDrainsEverything(t *testing.T) {
 	}
 }
 
-// workerPID returns the pid of the tide worker serving machine id.
+// workerPID returns the pid of the tide worker serving machine id, among
+// the workers of this test binary's tide (other test processes on the
+// machine run workers with the same machine ids).
 func workerPID(t *testing.T, machineID string) int {
 	t.Helper()
 	entries, _ := os.ReadDir("/proc")
@@ -274,7 +276,7 @@ func workerPID(t *testing.T, machineID string) int {
 			continue
 		}
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 2 && args[1] == "worker" && slices.Contains(args, machineID) {
+		if len(args) > 2 && args[0] == tideBin && args[1] == "worker" && slices.Contains(args, machineID) {
 			var pid int
 			fmt.Sscan(e.Name(), &pid)
 			return pid
