@@ -272,3 +272,46 @@ func TestRemoteOutageLeavesPoolAlone(t *testing.T) {
 	r.tickUntil(8, 400, func() { time.Sleep(20 * time.Millisecond) })
 	t.Logf("outage %s; pool converged on 8 after the plugin returned", d)
 }
+
+// TestCrashLoopBacksOff: a plugin that dies right after each start is
+// restarted with a doubling backoff (50ms, 100ms, 200ms, capped at 400ms),
+// not in a tight loop; calls meanwhile fail as Transient; Close stops it.
+func TestCrashLoopBacksOff(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := plugin.StartSubprocess(plugin.SubprocessConfig{Command: []string{exe}, Env: []string{"TIDE_TEST_PLUGIN=crash"},
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	start := time.Now()
+	var transient bool
+	for time.Since(start) < 3*time.Second {
+		if _, err := plugin.FromSDK(s).List(t.Context(), provider.Filter{}); provider.IsTransient(err) {
+			transient = true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	n := s.Restarts()
+	t.Logf("%d restarts in 3s", n)
+	// Each cycle is at least 50ms of life plus the backoff: without backoff
+	// 3s would hold ~60 restarts; with it, at most 3s/(50ms+400ms) + the
+	// first few short waits.
+	if n < 2 || n > 12 {
+		t.Fatalf("%d restarts in 3s, want between 2 and 12 (backoff doubling to 400ms)", n)
+	}
+	if !transient {
+		t.Fatal("no call failed as Transient while the plugin was down")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after := s.Restarts()
+	time.Sleep(600 * time.Millisecond)
+	if s.Restarts() != after {
+		t.Fatal("the plugin was restarted after Close")
+	}
+}

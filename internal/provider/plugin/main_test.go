@@ -56,6 +56,12 @@ func servePlugin(mode string) {
 	}
 	p := plugin.ToSDK(cloud)
 	switch mode {
+	case "crash":
+		// Serve briefly, then die as a crashing plugin does.
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			os.Exit(3)
+		}()
 	case "sim":
 	case "broken-replay":
 		p = &replaysTwice{Provider: p, seen: map[string]int{}}
