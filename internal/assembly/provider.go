@@ -33,7 +33,7 @@ type Env struct {
 }
 
 // providerTypes lists the provider types newProvider builds, for errors.
-var providerTypes = []string{"local", "netns", "sim"}
+var providerTypes = []string{"local", "netns", "plugin", "sim"}
 
 // newProvider checks pool pc's provider section and returns the function
 // that builds its provider. Checking has no side effects (a config refused
@@ -50,6 +50,8 @@ func newProvider(pc config.Pool, env Env) (func() (provider.Provider, error), er
 		return localProvider(pc, env)
 	case "netns":
 		return netnsProvider(pc, env)
+	case "plugin":
+		return pluginProvider(pc, env)
 	case "sim":
 		return simProvider(pc, env)
 	default:

@@ -90,6 +90,7 @@ func newRoot(s Streams) *cobra.Command {
 	root.AddCommand(newDecide(s), newUpCmd(s))
 	root.AddCommand(newFleetCmd(s))
 	root.AddCommand(newSimulateCmd(s))
+	root.AddCommand(newProviderCmd(s))
 	root.AddCommand(newPoolsCmd(s), newNodesCmd(s), newEventsCmd(s), newBootstrapCmd(s))
 	root.AddCommand(newHeadCmd(s), newWorkerCmd(s), newSubmitCmd(s), newListCmd(s), newGetCmd(s), newLogsCmd(s),
 		newCancelCmd(s), newResultCmd(s), newDeleteCmd(s), newWorkersCmd(s))

@@ -49,28 +49,7 @@ type Harness struct {
 // Run runs the conformance suite; newProvider is called once per subtest.
 // The subtests are named after what they hold, DESIGN.md invariant 5 first.
 func Run(t *testing.T, newProvider func(t *testing.T) Harness) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s *suite)
-	}{
-		{"Offerings", testOfferings},
-		{"GetUnknownIsNotFound", testGetUnknown},
-		{"CreateIsAsyncAndReachesIdle", testCreateReachesIdle},
-		{"ReplayedCreateIsNoOp", testReplayedCreate},
-		{"ConcurrentCreatesOfOneIDProvisionOnce", testConcurrentCreate},
-		{"ConflictingCreateIsRefused", testConflictingCreate},
-		{"LifecycleFollowsModel", testLifecycle},
-		{"ConfigureNeedsIdle", testConfigureNeedsIdle},
-		{"DeleteIsIdempotentAndEndsInNotFound", testDelete},
-		{"DeleteWhileCreatingLeavesNothing", testDeleteWhileCreating},
-		{"DeletedIDIsNeverReused", testNoReuse},
-		{"OtherPoolGetsNotFound", testOwnership},
-		{"ListFiltersByPoolAndState", testList},
-		{"StaleEpochIsRefused", testStaleFence},
-		{"InvalidRequestsNameTheField", testInvalid},
-		{"CanceledContextDoesNothing", testCanceled},
-	}
-	for _, tt := range tests {
+	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newProvider(t)
 			if h.Provider == nil || h.Offering == "" || h.Settle == nil {
@@ -81,9 +60,43 @@ func Run(t *testing.T, newProvider func(t *testing.T) Harness) {
 	}
 }
 
+// T is the part of *testing.T the suite uses, so that Check can run it
+// outside `go test` (for `tide provider test`).
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Skip(args ...any)
+}
+
+// cases are the suite's subtests, named after what they hold, DESIGN.md
+// invariant 5 first.
+var cases = []struct {
+	name string
+	fn   func(t T, s *suite)
+}{
+	{"Offerings", testOfferings},
+	{"GetUnknownIsNotFound", testGetUnknown},
+	{"CreateIsAsyncAndReachesIdle", testCreateReachesIdle},
+	{"ReplayedCreateIsNoOp", testReplayedCreate},
+	{"ConcurrentCreatesOfOneIDProvisionOnce", testConcurrentCreate},
+	{"ConflictingCreateIsRefused", testConflictingCreate},
+	{"LifecycleFollowsModel", testLifecycle},
+	{"ConfigureNeedsIdle", testConfigureNeedsIdle},
+	{"DeleteIsIdempotentAndEndsInNotFound", testDelete},
+	{"DeleteWhileCreatingLeavesNothing", testDeleteWhileCreating},
+	{"DeletedIDIsNeverReused", testNoReuse},
+	{"OtherPoolGetsNotFound", testOwnership},
+	{"ListFiltersByPoolAndState", testList},
+	{"StaleEpochIsRefused", testStaleFence},
+	{"InvalidRequestsNameTheField", testInvalid},
+	{"CanceledContextDoesNothing", testCanceled},
+}
+
 // suite carries one subtest's provider and helpers.
 type suite struct {
-	t     *testing.T
+	t     T
 	h     Harness
 	ctx   context.Context
 	fence provider.Fence
@@ -204,7 +217,7 @@ func (o *observer) see(want ...provider.State) provider.Machine {
 	return m
 }
 
-func testOfferings(t *testing.T, s *suite) {
+func testOfferings(t T, s *suite) {
 	offs, err := s.p().Offerings(s.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -224,14 +237,14 @@ func testOfferings(t *testing.T, s *suite) {
 	}
 }
 
-func testGetUnknown(t *testing.T, s *suite) {
+func testGetUnknown(t T, s *suite) {
 	s.wantNotFound("never-created")
 	if ms := s.list(provider.Filter{}); len(ms) != 0 {
 		t.Fatalf("a fresh provider lists %v", ids(ms))
 	}
 }
 
-func testCreateReachesIdle(t *testing.T, s *suite) {
+func testCreateReachesIdle(t T, s *suite) {
 	start := s.create("p", "m1")
 	if start.Replayed {
 		t.Fatal("first Create reported as a replay")
@@ -252,7 +265,7 @@ func testCreateReachesIdle(t *testing.T, s *suite) {
 	s.wantCreates("m1", 1)
 }
 
-func testReplayedCreate(t *testing.T, s *suite) {
+func testReplayedCreate(t T, s *suite) {
 	s.create("p", "m1")
 	first := s.get("m1")
 	for round, settle := range []bool{false, true} {
@@ -278,7 +291,7 @@ func testReplayedCreate(t *testing.T, s *suite) {
 	}
 }
 
-func testConcurrentCreate(t *testing.T, s *suite) {
+func testConcurrentCreate(t T, s *suite) {
 	const n = 8
 	var wg sync.WaitGroup
 	var fresh atomic.Int32
@@ -310,7 +323,7 @@ func testConcurrentCreate(t *testing.T, s *suite) {
 	s.wantCreates("m1", 1)
 }
 
-func testConflictingCreate(t *testing.T, s *suite) {
+func testConflictingCreate(t T, s *suite) {
 	s.create("p", "m1")
 	req := s.createReq("q", "m1")
 	if _, err := s.p().Create(s.ctx, req); !provider.IsConflict(err) {
@@ -336,7 +349,7 @@ func testConflictingCreate(t *testing.T, s *suite) {
 	}
 }
 
-func testLifecycle(t *testing.T, s *suite) {
+func testLifecycle(t T, s *suite) {
 	o := &observer{s: s, id: "m1"}
 	s.create("p", "m1")
 	o.see()
@@ -404,7 +417,7 @@ func testLifecycle(t *testing.T, s *suite) {
 	s.wantCreates("m1", 1)
 }
 
-func testConfigureNeedsIdle(t *testing.T, s *suite) {
+func testConfigureNeedsIdle(t T, s *suite) {
 	ack := s.create("p", "m1")
 	if ack.State == provider.Idle {
 		t.Skip("the provider creates synchronously; there is no pre-idle state to test")
@@ -425,7 +438,7 @@ func testConfigureNeedsIdle(t *testing.T, s *suite) {
 	}
 }
 
-func testDelete(t *testing.T, s *suite) {
+func testDelete(t T, s *suite) {
 	if _, err := s.delete("p", "never-created"); !provider.IsNotFound(err) {
 		t.Fatalf("Delete of an unknown machine = %v, want NotFound", err)
 	}
@@ -456,7 +469,7 @@ func testDelete(t *testing.T, s *suite) {
 	s.wantCreates("m1", 1)
 }
 
-func testDeleteWhileCreating(t *testing.T, s *suite) {
+func testDeleteWhileCreating(t T, s *suite) {
 	s.create("p", "m1")
 	if _, err := s.delete("p", "m1"); err != nil {
 		t.Fatalf("Delete of a creating machine: %v", err)
@@ -471,7 +484,7 @@ func testDeleteWhileCreating(t *testing.T, s *suite) {
 	}
 }
 
-func testNoReuse(t *testing.T, s *suite) {
+func testNoReuse(t T, s *suite) {
 	s.create("p", "m1")
 	if _, err := s.delete("p", "m1"); err != nil {
 		t.Fatal(err)
@@ -487,7 +500,7 @@ func testNoReuse(t *testing.T, s *suite) {
 	s.wantCreates("m1", 1)
 }
 
-func testOwnership(t *testing.T, s *suite) {
+func testOwnership(t T, s *suite) {
 	s.create("p", "m1")
 	s.h.Settle()
 	if _, err := s.configure("q", "m1", "head-a"); !provider.IsNotFound(err) {
@@ -505,7 +518,7 @@ func testOwnership(t *testing.T, s *suite) {
 	}
 }
 
-func testList(t *testing.T, s *suite) {
+func testList(t T, s *suite) {
 	for _, id := range []string{"a-3", "a-1", "a-2"} {
 		s.create("a", id)
 	}
@@ -543,7 +556,7 @@ func testList(t *testing.T, s *suite) {
 	}
 }
 
-func testStaleFence(t *testing.T, s *suite) {
+func testStaleFence(t T, s *suite) {
 	a2 := provider.Fence{Controller: "a", Epoch: 2, Seq: 1}
 	req := s.createReq("p", "m1")
 	req.Fence = a2
@@ -596,7 +609,7 @@ func testStaleFence(t *testing.T, s *suite) {
 	}
 }
 
-func testInvalid(t *testing.T, s *suite) {
+func testInvalid(t T, s *suite) {
 	tests := []struct {
 		name string
 		mut  func(*provider.CreateRequest)
@@ -621,7 +634,7 @@ func testInvalid(t *testing.T, s *suite) {
 	}
 }
 
-func testCanceled(t *testing.T, s *suite) {
+func testCanceled(t T, s *suite) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	cancel()
 	if _, err := s.p().Create(ctx, s.createReq("p", "m1")); err == nil {
