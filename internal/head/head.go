@@ -35,6 +35,7 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/scheduler"
 	"github.com/tide-project/tide/internal/store"
+	"github.com/tide-project/tide/internal/webui"
 )
 
 // genBits is how many low bits of a wire generation hold the worker's
@@ -54,6 +55,10 @@ type Head struct {
 	poke   chan struct{}
 	// inserts group-commits concurrent submits.
 	inserts *groupCommit
+	// changes is bumped by every visible change (GET /watch); history keeps
+	// the pools' recent status samples (GET /history).
+	changes *changes
+	history *history
 
 	mu       sync.Mutex
 	pressure map[string]capacity.Pressure
@@ -118,7 +123,8 @@ func New(ctx context.Context, cfg Config) (*Head, error) {
 		return nil, fmt.Errorf("start head: epoch %d overflows the wire generation", epoch)
 	}
 	h := &Head{cfg: cfg, st: st, clk: cfg.Clock, log: cfg.Logger, epoch: epoch, notify: newNotifier(),
-		evWake: newNotifier(), poke: make(chan struct{}, 1), inserts: &groupCommit{st: st}, m: newMetrics(cfg.Registry)}
+		evWake: newNotifier(), poke: make(chan struct{}, 1), inserts: &groupCommit{st: st}, m: newMetrics(cfg.Registry),
+		changes: newChanges(), history: newHistory()}
 	h.SetPoolStatus(cfg.PoolStatus)
 	h.log.Info("head started", "epoch", epoch, "db", cfg.dbPath())
 	return h, nil
@@ -136,14 +142,16 @@ func (h *Head) Epoch() int64 { return h.epoch }
 // Handler returns the HTTP API.
 func (h *Head) Handler() http.Handler {
 	opts := api.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log}
+	opts.Extra = api.DashboardRoutes(h)
 	if h.cfg.Registry != nil {
-		opts.Extra = map[string]http.Handler{"GET /metrics": promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})}
+		opts.Extra["GET /metrics"] = promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})
 	}
-	return api.NewHandler(h, opts)
+	return webui.Mount(api.NewHandler(h, opts))
 }
 
 // Poke wakes the scheduling loop (coalesced).
 func (h *Head) Poke() {
+	h.changes.bump()
 	select {
 	case h.poke <- struct{}{}:
 	default:
@@ -153,9 +161,10 @@ func (h *Head) Poke() {
 // RunLoops runs the scheduling and liveness loops until ctx is done.
 func (h *Head) RunLoops(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); h.scheduleLoop(ctx) }()
 	go func() { defer wg.Done(); h.livenessLoop(ctx) }()
+	go func() { defer wg.Done(); h.historyLoop(ctx) }()
 	wg.Wait()
 }
 
@@ -283,6 +292,7 @@ func (h *Head) publish(p map[string]capacity.Pressure) {
 	if !changed {
 		return
 	}
+	h.changes.bump()
 	for pool, pr := range p {
 		h.m.queued.WithLabelValues(pool).Set(float64(pr.Queued()))
 		h.m.inflight.WithLabelValues(pool).Set(float64(pr.Inflight()))
