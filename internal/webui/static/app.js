@@ -28,7 +28,7 @@
     });
   }
   function fmt(n, d) { return (n === null || n === undefined) ? "" : Number(n).toFixed(d === undefined ? 0 : d); }
-  function money(n) { return "$" + Number(n || 0).toFixed(2); }
+  function money(n) { n = Number(n || 0); return "$" + n.toFixed(n && n < 1 ? 4 : 2); }
   function age(sec) {
     if (!sec && sec !== 0) return "";
     sec = Math.floor(sec);
@@ -344,14 +344,21 @@
     main.innerHTML = html;
     pools.forEach(function (p, i) {
       var h = state.history[p.name] || {samples: []};
-      var pts = function (f) { return h.samples.map(function (s) { return [Date.parse(s.time), s[f]]; }); };
+      // The retained samples, then the pool as /pools shows it now (the
+      // head samples once a second), so the chart ends where the figures are.
+      var now = Date.now();
+      var pts = function (f) {
+        var out = h.samples.map(function (s) { return [Date.parse(s.time), s[f]]; });
+        out.push([now, p[f]]);
+        return out;
+      };
       var t0 = h.samples.length ? Date.parse(h.samples[0].time) : Date.now() - 60e3;
       var markers = evs.filter(function (e) { return e.pool === p.name && isScale(e); }).map(function (e) {
         return {x: Date.parse(e.time), label: e.time + " " + e.reason + ": " + e.message};
       });
       var box = document.getElementById("chart-" + i);
       tideChart.render(box, {label: p.name + ": desired and ready nodes, queued instances over time",
-        height: 240, x: {label: "time (local)", time: true, min: t0, max: Date.now()},
+        height: 240, x: {label: "time (local)", time: true, min: t0, max: now},
         y: {label: "nodes / instances"}, markers: markers, markerName: "scale decision",
         series: [
           {name: "desired nodes", cls: "desired", color: "#1b63b5", step: true, points: pts("desired"), width: 2},

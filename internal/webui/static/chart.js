@@ -95,7 +95,7 @@
     var Y = function (v) { return top + ph * (1 - v / ytop); };
 
     var svg = el("svg", {"class": "chart", xmlns: NS, width: W, height: H, viewBox: "0 0 " + W + " " + H,
-      role: "img", "aria-label": spec.label || "chart", "data-points": npts});
+      role: "img", "aria-label": spec.label || "chart", "data-points": npts, "data-ymax": ytop});
     svg.appendChild(el("title", {}, spec.label || "chart"));
     svg.appendChild(el("rect", {x: left, y: top, width: pw, height: ph, fill: "none", stroke: "#bbb"}));
     yticks.forEach(function (v) {
