@@ -53,6 +53,9 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("hide-scrollbars", true),
+		// Memory checks: a callable gc() and unrounded heap figures.
+		chromedp.Flag("js-flags", "--expose-gc"),
+		chromedp.Flag("enable-precise-memory-info", true),
 		chromedp.WindowSize(1280, 900),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)

@@ -158,8 +158,15 @@
     var views = {"": overview, nodes: r.parts[1] ? nodePage : nodes, instances: r.parts[1] ? instancePage : instances,
       events: events, workers: workers};
     var make = views[section] || notFound;
-    main.innerHTML = "<p class=muted>Loading…</p>";
+    // Each view draws into its own box, so a late answer for the view
+    // left behind lands in a detached element, never on the new page.
+    r.box = document.createElement("div");
+    r.box.innerHTML = "<p class=muted>Loading…</p>";
+    main.textContent = "";
+    main.appendChild(r.box);
     state.view = make(r);
+    state.lastRefresh = 0;
+    state.routedAt = performance.now();
     refresh();
   }
 
@@ -180,6 +187,8 @@
     state.lastRefresh = Date.now();
     Promise.resolve().then(function () { return view.refresh(); }).then(function () {
       state.renderMs = performance.now() - t0;
+      state.lastRenderAt = performance.now();
+      if (!state.firstRenderAt) state.firstRenderAt = state.lastRenderAt;
       state.refreshes++;
       setStatus("Updated " + new Date().toLocaleTimeString());
     }, function (e) {
@@ -188,7 +197,7 @@
     }).then(function () {
       state.lastCost = performance.now() - t0;
       state.refreshing = false;
-      if (state.again && view === state.view) { state.again = false; refresh(); }
+      if (state.again) { state.again = false; refresh(); }
     });
   }
 
@@ -285,8 +294,8 @@
 
   // ---- views ---------------------------------------------------------------
 
-  function notFound() {
-    return {refresh: function () { main.innerHTML = "<h1>Not found</h1><p><a href='#/'>Overview</a></p>"; }};
+  function notFound(r) {
+    return {refresh: function () { r.box.innerHTML = "<h1>Not found</h1><p><a href='#/'>Overview</a></p>"; }};
   }
 
   function mergeHistory(pool, h) {
@@ -305,10 +314,10 @@
 
   function isScale(e) { return /^Desired/.test(e.reason); }
 
-  function overview() {
+  function overview(r) {
     return {refresh: function () {
-      return Promise.all([api("/pools"), api("/events" + q({limit: 500}))]).then(function (r) {
-        var pools = r[0], evs = r[1];
+      return Promise.all([api("/pools"), api("/events" + q({limit: 500}))]).then(function (got) {
+        var pools = got[0], evs = got[1];
         var known = {};
         pools.forEach(function (p) { known[p.name] = true; });
         Object.keys(state.history).forEach(function (k) { if (!known[k]) delete state.history[k]; });
@@ -317,12 +326,12 @@
           return api("/history" + q({pool: p.name, since: cur ? cur.seq : 0})).then(function (hs) {
             if (hs.length) mergeHistory(p.name, hs[0]);
           });
-        })).then(function () { drawOverview(pools, evs); });
+        })).then(function () { drawOverview(r.box, pools, evs); });
       });
     }};
   }
 
-  function drawOverview(pools, evs) {
+  function drawOverview(box, pools, evs) {
     var html = "<h1>Overview</h1>";
     if (!pools.length) html += "<p class=muted>No pools yet: no worker has joined and nothing is queued.</p>";
     pools.forEach(function (p, i) {
@@ -341,7 +350,7 @@
         '<p class="reason"><strong>Last decision:</strong> ' + (d ? esc(d.reason) + ' <span class="muted">(' + age(d.age_seconds) + " ago)</span>" : '<span class="muted">none yet</span>') + "</p>" +
         '<div class="chartbox" id="chart-' + i + '"></div></section>';
     });
-    main.innerHTML = html;
+    box.innerHTML = html;
     pools.forEach(function (p, i) {
       var h = state.history[p.name] || {samples: []};
       // The retained samples, then the pool as /pools shows it now (the
@@ -356,8 +365,7 @@
       var markers = evs.filter(function (e) { return e.pool === p.name && isScale(e); }).map(function (e) {
         return {x: Date.parse(e.time), label: e.time + " " + e.reason + ": " + e.message};
       });
-      var box = document.getElementById("chart-" + i);
-      tideChart.render(box, {label: p.name + ": desired and ready nodes, queued instances over time",
+      tideChart.render(box.querySelector("#chart-" + i), {label: p.name + ": desired and ready nodes, queued instances over time",
         height: 240, x: {label: "time (local)", time: true, min: t0, max: now},
         y: {label: "nodes / instances"}, markers: markers, markerName: "scale decision",
         series: [
@@ -392,7 +400,7 @@
             (n.daemons ? " +" + n.daemons + "d" : "") + "</td><td>" + (n.marked_at ? since(n.marked_at) + " ago" : "") + "</td>" +
             (admin ? "<td>" + cordonButton(n) + "</td>" : "") + "</tr>";
         });
-        main.innerHTML = html + "</tbody></table>";
+        r.box.innerHTML = html + "</tbody></table>";
       });
     }};
   }
@@ -408,7 +416,7 @@
     return {refresh: function () {
       return api("/nodes").then(function (ns) {
         var n = ns.filter(function (x) { return x.id === id; })[0];
-        if (!n) { main.innerHTML = "<h1>Node " + esc(id) + "</h1><p>No such node (it may have been removed).</p>"; return; }
+        if (!n) { r.box.innerHTML = "<h1>Node " + esc(id) + "</h1><p>No such node (it may have been removed).</p>"; return; }
         return Promise.all([api("/events" + q({pool: n.pool, limit: 2000})), api("/instances" + q({status: "RUNNING"})),
           api("/instances" + q({status: "ASSIGNED"}))]).then(function (x) {
           var evs = x[0].filter(function (e) { return e.node === id || (e.message || "").indexOf(id) >= 0; }).reverse().slice(0, MAX_EVENTS);
@@ -422,7 +430,7 @@
             (isAdmin() ? "<p>" + cordonButton(n) + "</p>" : "") +
             "<h2>Instances on it</h2>" + instanceTable(ins, false) +
             "<h2>Events</h2>" + eventTable(evs);
-          main.innerHTML = html;
+          r.box.innerHTML = html;
         });
       });
     }};
@@ -468,7 +476,7 @@
       return api("/instances" + q({status: p.status, pool: p.pool, label: p.label})).then(function (ins) {
         if (p.name) ins = ins.filter(function (i) { return (i.name || "").indexOf(p.name) >= 0; });
         ins.sort(function (a, b) { return a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0; });
-        main.innerHTML = "<h1>Instances</h1>" + filterForm("/instances", [["status", "Status", p.status, STATUSES], ["pool", "Pool", p.pool],
+        r.box.innerHTML = "<h1>Instances</h1>" + filterForm("/instances", [["status", "Status", p.status, STATUSES], ["pool", "Pool", p.pool],
           ["label", "Label (k=v)", p.label], ["name", "Name contains", p.name]]) + instanceTable(ins.slice(0, MAX_ROWS), ins.length);
       });
     }};
@@ -529,7 +537,7 @@
             (i.attempt > 1 ? "<p class=muted>Earlier attempts ran before a requeue or restart; the head keeps only the latest attempt's times.</p>" : "") +
             '<h2 id="logs-h">Logs <small class=muted>' + (terminal(i.status) ? "" : "(followed live)") + "</small></h2>" +
             '<pre class="logs" id="logs" tabindex="0" aria-labelledby="logs-h"></pre>';
-          main.innerHTML = html;
+          r.box.innerHTML = html;
           showLogs();
           if (first || !logs.busy) { clearTimeout(logs.timer); pollLogs(); }
         });
@@ -553,13 +561,13 @@
         evs = evs.filter(function (e) {
           return (!p.type || e.type === p.type) && (!p.reason || e.reason.toLowerCase().indexOf(p.reason.toLowerCase()) >= 0);
         }).reverse();
-        main.innerHTML = "<h1>Events</h1>" + filterForm("/events", [["pool", "Pool", p.pool], ["type", "Type", p.type, ["Normal", "Warning"]],
+        r.box.innerHTML = "<h1>Events</h1>" + filterForm("/events", [["pool", "Pool", p.pool], ["type", "Type", p.type, ["Normal", "Warning"]],
           ["reason", "Reason contains", p.reason]]) + "<p class=muted>" + evs.length + " events (newest first, last " + MAX_EVENTS + " read)</p>" + eventTable(evs);
       });
     }};
   }
 
-  function workers() {
+  function workers(r) {
     return {refresh: function () {
       return api("/workers").then(function (ws) {
         var html = "<h1>Workers</h1><p class=muted>" + ws.length + " workers</p><table><thead><tr><th scope=col>worker</th><th scope=col>host</th><th scope=col>status</th><th scope=col>pool</th><th scope=col>total</th><th scope=col>available</th><th scope=col>free GPUs</th><th scope=col>last seen</th><th scope=col>labels</th></tr></thead><tbody>";
@@ -569,7 +577,7 @@
             esc(res(w.available_resources)) + "</td><td>" + esc((w.available_gpu_indices || []).join(",")) + "</td><td>" + esc(w.last_seen) +
             "</td><td>" + esc(Object.keys(w.labels || {}).map(function (k) { return k + "=" + w.labels[k]; }).join(", ")) + "</td></tr>";
         });
-        main.innerHTML = html + "</tbody></table>";
+        r.box.innerHTML = html + "</tbody></table>";
       });
     }};
   }
