@@ -106,6 +106,7 @@
     });
     var xt = xs.time ? timeTicks(xmin, xmax, Math.max(2, Math.floor(pw / 90))) :
       niceTicks(xmin, xmax, Math.max(2, Math.floor(pw / 90)));
+    if (xt.length < 2) xt = [xmin, xmax];
     xt.forEach(function (v) {
       var x = X(v).toFixed(1);
       svg.appendChild(el("line", {x1: x, x2: x, y1: top + ph, y2: top + ph + 4, stroke: "#555"}));
