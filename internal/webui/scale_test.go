@@ -77,7 +77,7 @@ func TestDashboardAtScale(t *testing.T) {
 	run(t, ctx, 30*time.Second, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#token", chromedp.ByQuery),
 		chromedp.Evaluate(fmt.Sprintf(`sessionStorage.setItem('tide-token', %q)`, testToken), nil),
 		chromedp.Reload())
-	waitJS(t, ctx, 30*time.Second, "the overview renders", `!!(window.tideDashboard && tideDashboard.firstRenderAt) && !!document.querySelector('section.pool svg.chart')`)
+	waitJS(t, ctx, 150*time.Second, "the overview renders", `!!(window.tideDashboard && tideDashboard.firstRenderAt) && !!document.querySelector('section.pool svg.chart')`)
 	var first struct {
 		Ms    float64 `json:"ms"`
 		Bytes float64 `json:"bytes"`
@@ -93,7 +93,7 @@ func TestDashboardAtScale(t *testing.T) {
 	if first.Bytes > 300*1024 {
 		t.Errorf("first load is %.0f KB, want under 300 KB", first.Bytes/1024)
 	}
-	if first.Ms > 1000 {
+	if first.Ms > 1000 && !raceEnabled {
 		t.Errorf("first load renders in %.0f ms, want under 1 s", first.Ms)
 	}
 	var ready string
@@ -106,7 +106,7 @@ func TestDashboardAtScale(t *testing.T) {
 	page := func(hash, done string) float64 {
 		t.Helper()
 		run(t, ctx, 10*time.Second, chromedp.Evaluate(`tideDashboard.seen = tideDashboard.refreshes; location.hash = '`+hash+`'`, nil))
-		waitJS(t, ctx, 30*time.Second, hash+" renders", `tideDashboard.refreshes > tideDashboard.seen && location.hash === '`+hash+`' && (`+done+`)`)
+		waitJS(t, ctx, 120*time.Second, hash+" renders", `tideDashboard.refreshes > tideDashboard.seen && location.hash === '`+hash+`' && (`+done+`)`)
 		var ms float64
 		eval(t, ctx, `tideDashboard.lastRenderAt - tideDashboard.routedAt`, &ms)
 		return ms
@@ -117,7 +117,7 @@ func TestDashboardAtScale(t *testing.T) {
 	insMs := page("#/instances", `document.querySelector('main p.muted') && document.querySelector('main p.muted').textContent.startsWith('10000 instances')`)
 	t.Logf("instances page (10,000 instances, newest 500 drawn): %.0f ms", insMs)
 	for name, ms := range map[string]float64{"nodes": nodesMs, "instances": insMs} {
-		if ms > 1000 {
+		if ms > 1000 && !raceEnabled {
 			t.Errorf("%s page renders in %.0f ms, want under 1 s", name, ms)
 		}
 	}
@@ -146,20 +146,24 @@ func TestDashboardAtScale(t *testing.T) {
 				t.Fatal(err)
 			}
 			if i%10 == 9 {
-				waitJS(t, ctx, 30*time.Second, "the page follows the updates", fmt.Sprintf(`tideDashboard.refreshes >= %d`, start+i/10))
+				waitJS(t, ctx, 120*time.Second, "the page follows the updates", fmt.Sprintf(`tideDashboard.refreshes >= %d`, start+i/10))
 			}
 		}
 	}
-	churn(100)
+	rounds := 100
+	if raceEnabled {
+		rounds = 30 // each refresh reads 1,000 nodes through a head several times slower
+	}
+	churn(rounds)
 	nodes1, heap1 := measure()
-	churn(300)
+	churn(3 * rounds)
 	nodes2, heap2 := measure()
-	t.Logf("left open: DOM %d -> %d elements, JS heap %.1f -> %.1f MB over 300 more updates", nodes1, nodes2, heap1/1e6, heap2/1e6)
+	t.Logf("left open: DOM %d -> %d elements, JS heap %.1f -> %.1f MB over %d more updates", nodes1, nodes2, heap1/1e6, heap2/1e6, 3*rounds)
 	if nodes2 > nodes1+50 {
-		t.Errorf("DOM grew from %d to %d elements over 300 updates", nodes1, nodes2)
+		t.Errorf("DOM grew from %d to %d elements over %d updates", nodes1, nodes2, 3*rounds)
 	}
 	if heap1 > 0 && heap2 > heap1*1.5+4e6 {
-		t.Errorf("JS heap grew from %.1f to %.1f MB over 300 updates", heap1/1e6, heap2/1e6)
+		t.Errorf("JS heap grew from %.1f to %.1f MB over %d updates", heap1/1e6, heap2/1e6, 3*rounds)
 	}
 	if os.Getenv("TIDE_ARTEFACTS") != "" {
 		t.Logf("screenshots in %s", shots)

@@ -28,7 +28,7 @@
     });
   }
   function fmt(n, d) { return (n === null || n === undefined) ? "" : Number(n).toFixed(d === undefined ? 0 : d); }
-  function money(n) { n = Number(n || 0); return "$" + n.toFixed(n && n < 1 ? 4 : 2); }
+  function money(n) { n = Number(n || 0); return "$" + n.toFixed(n && n < 0.01 ? 4 : 2); }
   function age(sec) {
     if (!sec && sec !== 0) return "";
     sec = Math.floor(sec);
