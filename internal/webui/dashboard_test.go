@@ -184,11 +184,8 @@ func TestDashboardDrivesAScalingPool(t *testing.T) {
 	if after <= before+1 {
 		t.Errorf("chart points %d -> %d: the chart did not grow as the pool scaled", before, after)
 	}
-	var cost string
-	eval(t, ctx, `document.querySelector('section.pool[data-pool="dash"] .f-cost-h').textContent`, &cost)
-	if cost != "$0.50" {
-		t.Errorf("cost per hour = %q, want $0.50 (two nodes at $0.25)", cost)
-	}
+	// Two nodes at $0.25 an hour (the cost is sampled once a second).
+	waitJS(t, ctx, 30*time.Second, "the cost of two nodes", `document.querySelector('section.pool[data-pool="dash"] .f-cost-h').textContent === '$0.50'`)
 	eval(t, ctx, a11yCheck, &problems)
 	if len(problems) > 0 {
 		t.Errorf("overview accessibility: %s", fmtProblems(problems))
