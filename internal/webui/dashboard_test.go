@@ -218,6 +218,14 @@ func TestDashboardDrivesAScalingPool(t *testing.T) {
 	}
 	screenshot(t, ctx, shots, "03-nodes")
 
+	// A node's page: its state and its event history.
+	var nodeID string
+	eval(t, ctx, `document.querySelector('main table tbody tr td a').textContent`, &nodeID)
+	run(t, ctx, 10*time.Second, chromedp.Navigate(base+"/ui/#/nodes/"+nodeID))
+	waitJS(t, ctx, 30*time.Second, "the node page shows its events",
+		`!!document.querySelector('main h1') && document.querySelector('main h1').textContent === 'Node `+nodeID+`' && document.querySelectorAll('main table')[1].querySelectorAll('tbody tr').length > 0`)
+	screenshot(t, ctx, shots, "03b-node")
+
 	// The instances page, filtered by status.
 	run(t, ctx, 10*time.Second, chromedp.Navigate(base+"/ui/#/instances?status=RUNNING"))
 	waitJS(t, ctx, 30*time.Second, "running instances listed", `document.querySelectorAll('main table tbody tr').length >= 2`)

@@ -312,7 +312,13 @@
     return cur;
   }
 
-  function isScale(e) { return /^Desired/.test(e.reason); }
+  // A scale event is the controller applying a new desired count
+  // ("desired-changed"); without one, the policy's own Desired* decisions.
+  function scaleEvents(evs, pool) {
+    var mine = evs.filter(function (e) { return e.pool === pool; });
+    var applied = mine.filter(function (e) { return /^desired-?changed$/i.test(e.reason); });
+    return applied.length ? applied : mine.filter(function (e) { return /^desired/i.test(e.reason); });
+  }
 
   function overview(r) {
     return {refresh: function () {
@@ -362,7 +368,7 @@
         return out;
       };
       var t0 = h.samples.length ? Date.parse(h.samples[0].time) : Date.now() - 60e3;
-      var markers = evs.filter(function (e) { return e.pool === p.name && isScale(e); }).map(function (e) {
+      var markers = scaleEvents(evs, p.name).map(function (e) {
         return {x: Date.parse(e.time), label: e.time + " " + e.reason + ": " + e.message};
       });
       tideChart.render(box.querySelector("#chart-" + i), {label: p.name + ": desired and ready nodes, queued instances over time",
