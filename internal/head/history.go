@@ -226,23 +226,42 @@ func (h *Head) PoolHistory(ctx context.Context, pool *string, since int64) ([]ap
 	return h.history.get(h.clk.Now(), pool, since), nil
 }
 
-// SampleHistory records one history sample of every pool now. The history
-// loop calls it every second; tests call it directly.
+// SampleHistory records one history sample of every pool now: the
+// autoscaled pools' own view (Config.PoolStatus) and the last pressure
+// report, without reading the store, so sampling costs nothing at scale.
+// The history loop calls it every second; tests call it directly.
 func (h *Head) SampleHistory(ctx context.Context) error {
-	pools, err := h.Pools(ctx)
-	if err != nil {
-		return err
-	}
+	pressure := h.Pressure()
+	var pools []api.PoolJSON
 	cost := map[string]float64{}
+	seen := map[string]bool{}
 	for _, ps := range h.poolStatuses() {
+		if seen[ps.Name] {
+			continue
+		}
+		seen[ps.Name] = true
+		p := api.PoolJSON{Name: ps.Name, Desired: ps.Desired, Ready: ps.Ready, Pending: ps.Pending, Draining: ps.Draining}
 		for _, m := range ps.Machines {
 			cost[ps.Name] += m.PricePerHour
+			if m.State == NodeMarked || !m.MarkedAt.IsZero() {
+				p.Marked++
+			}
 		}
+		pools = append(pools, p)
+	}
+	for name, pr := range pressure {
+		if !seen[name] { // a pool only the head sees: its schedulable workers
+			pools = append(pools, api.PoolJSON{Name: name, Ready: len(pr.Nodes)})
+		}
+	}
+	for i := range pools {
+		pr := pressure[pools[i].Name]
+		pools[i].Queued, pools[i].Inflight = pr.Queued(), pr.Inflight()
 	}
 	if h.history.record(h.clk.Now(), pools, cost) {
 		h.changes.bump()
 	}
-	return nil
+	return ctx.Err()
 }
 
 func (h *Head) historyLoop(ctx context.Context) {
