@@ -155,10 +155,7 @@ func TestDashboardAtScale(t *testing.T) {
 			}
 		}
 	}
-	rounds := 100
-	if raceEnabled {
-		rounds = 30 // each refresh reads 1,000 nodes through a head several times slower
-	}
+	rounds := 60
 	churn(rounds)
 	nodes1, heap1 := measure()
 	churn(3 * rounds)
