@@ -490,7 +490,7 @@
 
   function instancePage(r) {
     var id = r.parts[1];
-    var logs = {offset: 0, text: "", done: false, busy: false, timer: 0, stopped: false, dec: new TextDecoder()};
+    var logs = {offset: 0, text: "", done: false, busy: false, timer: 0, stopped: false, follow: true, dec: new TextDecoder()};
     var inst = null;
     function pollLogs() {
       if (logs.stopped || logs.busy || !inst || !inst.assigned_to) return;
@@ -514,12 +514,14 @@
         if (!logs.stopped && !terminal(inst.status)) logs.timer = setTimeout(pollLogs, 2000);
       });
     }
+    // showLogs shows the kept text; it stays at the end unless the reader
+    // scrolled up (the <pre> is redrawn with the view on every refresh).
     function showLogs() {
       var pre = document.getElementById("logs");
       if (!pre) return;
-      var atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
       pre.textContent = logs.text || (inst && inst.assigned_to ? "(no output yet)" : "(not started)");
-      if (atEnd) pre.scrollTop = pre.scrollHeight;
+      if (logs.follow) pre.scrollTop = pre.scrollHeight;
+      pre.onscroll = function () { logs.follow = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4; };
     }
     return {
       stop: function () { logs.stopped = true; clearTimeout(logs.timer); },
