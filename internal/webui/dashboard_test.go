@@ -249,16 +249,18 @@ func TestDashboardDrivesAScalingPool(t *testing.T) {
 	screenshot(t, ctx, shots, "05-instance")
 
 	// Cancel from the page: a dialog asks first; Keep does nothing.
-	run(t, ctx, 10*time.Second, chromedp.Click(`button[data-action="cancel"]`, chromedp.ByQuery),
-		chromedp.WaitVisible("#confirm", chromedp.ByQuery))
+	// The view is redrawn on every change, so the button is clicked in one
+	// step in the page (a query, then a click, could land on a replaced node).
+	const clickCancel = `document.querySelector('button[data-action="cancel"]').click()`
+	run(t, ctx, 10*time.Second, chromedp.Evaluate(clickCancel, nil), chromedp.WaitVisible("#confirm", chromedp.ByQuery))
 	screenshot(t, ctx, shots, "06-confirm-cancel")
 	run(t, ctx, 10*time.Second, chromedp.Click("#confirm-keep", chromedp.ByQuery))
 	time.Sleep(300 * time.Millisecond) // nothing to wait for: Keep must send nothing
 	if got, _ := cl.Instance(context.Background(), ids[0]); got != nil && got.CancellationRequestedAt != nil {
 		t.Fatal("Keep cancelled the instance")
 	}
-	run(t, ctx, 10*time.Second, chromedp.Click(`button[data-action="cancel"]`, chromedp.ByQuery),
-		chromedp.WaitVisible("#confirm", chromedp.ByQuery), chromedp.Click("#confirm-ok", chromedp.ByQuery))
+	run(t, ctx, 10*time.Second, chromedp.Evaluate(clickCancel, nil), chromedp.WaitVisible("#confirm", chromedp.ByQuery),
+		chromedp.Click("#confirm-ok", chromedp.ByQuery))
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		got, err := cl.Instance(context.Background(), ids[0])
