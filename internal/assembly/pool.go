@@ -300,9 +300,20 @@ func (p *pool) status(retiring bool) head.PoolStatus {
 			state = head.NodeReady
 		}
 		ps.Machines = append(ps.Machines, head.MachineStatus{Ordinal: int(n.ID), MachineID: n.MachineID,
-			Offering: n.Offering, State: state, Resources: offeringResources(p.cfg.Offerings, n.Offering)})
+			Offering: n.Offering, State: state, Resources: offeringResources(p.cfg.Offerings, n.Offering),
+			PricePerHour: offeringPrice(p.cfg.Offerings, n.Offering)})
 	}
 	return ps
+}
+
+// offeringPrice returns the price per hour of the named offering.
+func offeringPrice(offs []capacity.Offering, name string) float64 {
+	for _, o := range offs {
+		if o.Name() == name {
+			return o.PricePerHour
+		}
+	}
+	return 0
 }
 
 // offeringResources returns the resources of the named offering.

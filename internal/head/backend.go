@@ -414,6 +414,8 @@ func (h *Head) Heartbeat(ctx context.Context, worker string, req *api.HeartbeatR
 	}
 	if res.Freed > 0 || res.Requeued > 0 || w.Status != store.WorkerOnline {
 		h.Poke()
+	} else if len(res.Started) > 0 {
+		h.changes.bump()
 	}
 	for _, s := range res.Started {
 		h.m.toRunning.WithLabelValues(s.Pool).Observe(s.Wait.Seconds())

@@ -49,6 +49,7 @@ func (h *Head) RecordEvent(ctx context.Context, e Event) error {
 		return err
 	}
 	h.evWake.wake("")
+	h.changes.bump()
 	return nil
 }
 

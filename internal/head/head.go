@@ -36,6 +36,7 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/scheduler"
 	"github.com/tide-project/tide/internal/store"
+	"github.com/tide-project/tide/internal/webui"
 )
 
 // genBits is how many low bits of a wire generation hold the worker's
@@ -55,6 +56,10 @@ type Head struct {
 	poke   chan struct{}
 	// inserts group-commits concurrent submits.
 	inserts *groupCommit
+	// changes is bumped by every visible change (GET /watch); history keeps
+	// the pools' recent status samples (GET /history).
+	changes *changes
+	history *history
 
 	// lock holds the data dir (see lockDataDir); noPlacing is StopPlacing's.
 	lock      *os.File
@@ -143,7 +148,8 @@ func New(ctx context.Context, cfg Config) (*Head, error) {
 		return nil, fmt.Errorf("start head: epoch %d overflows the wire generation", epoch)
 	}
 	h := &Head{cfg: cfg, st: st, lock: lock, clk: cfg.Clock, log: cfg.Logger, epoch: epoch, notify: newNotifier(),
-		evWake: newNotifier(), poke: make(chan struct{}, 1), inserts: &groupCommit{st: st}, m: newMetrics(cfg.Registry)}
+		evWake: newNotifier(), poke: make(chan struct{}, 1), inserts: &groupCommit{st: st}, m: newMetrics(cfg.Registry),
+		changes: newChanges(), history: newHistory()}
 	h.SetPoolStatus(cfg.PoolStatus)
 	h.log.Info("head started", "epoch", epoch, "db", cfg.dbPath())
 	return h, nil
@@ -168,16 +174,18 @@ func (h *Head) Scheme() string {
 
 // Handler returns the HTTP API.
 func (h *Head) Handler() http.Handler {
-	opts := api.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log, MachineAuth: h.authMachine,
-		Extra: map[string]http.Handler{"POST /bootstrap": http.HandlerFunc(h.serveBootstrap)}}
+	opts := api.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log, MachineAuth: h.authMachine}
+	opts.Extra = api.DashboardRoutes(h)
+	opts.Extra["POST /bootstrap"] = http.HandlerFunc(h.serveBootstrap)
 	if h.cfg.Registry != nil {
 		opts.Extra["GET /metrics"] = promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})
 	}
-	return api.NewHandler(h, opts)
+	return webui.Mount(api.NewHandler(h, opts))
 }
 
 // Poke wakes the scheduling loop (coalesced).
 func (h *Head) Poke() {
+	h.changes.bump()
 	select {
 	case h.poke <- struct{}{}:
 	default:
@@ -187,9 +195,10 @@ func (h *Head) Poke() {
 // RunLoops runs the scheduling and liveness loops until ctx is done.
 func (h *Head) RunLoops(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); h.scheduleLoop(ctx) }()
 	go func() { defer wg.Done(); h.livenessLoop(ctx) }()
+	go func() { defer wg.Done(); h.historyLoop(ctx) }()
 	wg.Wait()
 }
 
@@ -324,6 +333,7 @@ func (h *Head) publish(p map[string]capacity.Pressure) {
 	if !changed {
 		return
 	}
+	h.changes.bump()
 	for pool, pr := range p {
 		h.m.queued.WithLabelValues(pool).Set(float64(pr.Queued()))
 		h.m.inflight.WithLabelValues(pool).Set(float64(pr.Inflight()))

@@ -74,6 +74,9 @@ type MachineStatus struct {
 	CreatedAt time.Time
 	// MarkedAt is when the node was marked for deletion; zero when unmarked.
 	MarkedAt time.Time
+	// PricePerHour is what the machine costs per hour (its offering's
+	// price); the pool's cost per hour sums it.
+	PricePerHour float64
 }
 
 // SetPoolStatus replaces Config.PoolStatus, for wiring that builds its

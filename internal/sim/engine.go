@@ -1113,6 +1113,7 @@ func (e *engine) finish() (*Result, error) {
 	}
 	slices.Sort(e.waits)
 	r.WaitP50, r.WaitP95, r.WaitP99 = percentile(e.waits, 50), percentile(e.waits, 95), percentile(e.waits, 99)
+	r.WaitCurve = waitCurve(e.waits)
 	if len(e.waits) > 0 {
 		sum := 0.0
 		for _, w := range e.waits {

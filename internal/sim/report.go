@@ -5,12 +5,12 @@ import (
 	"html/template"
 	"io"
 	"math"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tide-project/tide/internal/trace"
+	"github.com/tide-project/tide/internal/webui"
 )
 
 // WriteTable writes the report as a text table: one row per policy, the
@@ -72,19 +72,33 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// chart is one policy's SVG chart.
-type chart struct {
-	Policy                string
-	Bound, Demand, Billed string // polyline points
-	Width, Height, Plot   int
-	YMax                  int
-	XTicks, YTicks        []tick
-	NodeHours             string
+// chartData is what the report's charts draw, embedded in the page as
+// JSON and drawn by the dashboard's chart renderer (webui.ChartJS): one
+// chart per policy of demand, billed machines and the bound over time, all
+// on one time axis and one vertical scale, and one chart of queue waits.
+type chartData struct {
+	// Span is the shared time axis, in seconds from the trace's origin.
+	Span float64 `json:"span_s"`
+	// YMax is the shared vertical scale, in nodes.
+	YMax     float64        `json:"y_max"`
+	Policies []policySeries `json:"policies"`
 }
 
-type tick struct {
-	Pos   float64
-	Label string
+// policySeries is one policy's curves: times in seconds, values in nodes,
+// and its wait at each whole percentile.
+type policySeries struct {
+	Policy string    `json:"policy"`
+	Times  []float64 `json:"t"`
+	Bound  []float64 `json:"bound"`
+	Demand []float64 `json:"demand"`
+	Billed []int     `json:"billed"`
+	Waits  []float64 `json:"waits"`
+}
+
+type htmlChart struct {
+	Index     int
+	Policy    string
+	NodeHours string
 }
 
 type htmlRow struct {
@@ -93,25 +107,28 @@ type htmlRow struct {
 }
 
 type htmlPage struct {
-	Title  string
-	Rows   []htmlRow
-	Bound  htmlRow
-	Charts []chart
-	Notes  []string
-	Config []string
+	Title   string
+	Rows    []htmlRow
+	Bound   htmlRow
+	Charts  []htmlChart
+	Notes   []string
+	Config  []string
+	Data    chartData
+	ChartJS template.JS
+	Draw    template.JS
 }
 
 var page = template.Must(template.New("report").Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
-body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em 2em;color:#1a1a1a}
 table{border-collapse:collapse;margin:1em 0}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
 th:first-child,td:first-child{text-align:left}
 tr.bound td{font-style:italic;background:#f6f6f6}
-svg{display:block;margin:0.5em 0 1.5em}
-.legend span{margin-right:1.5em}
-.sw{display:inline-block;width:1.2em;height:0.3em;vertical-align:middle;margin-right:0.3em}
+.chart-box{width:100%;margin:0.3em 0 1.2em}
+svg.chart{display:block;max-width:100%;height:auto}
 pre{background:#f6f6f6;padding:1em;overflow-x:auto}
 </style></head><body>
 <h1>{{.Title}}</h1>
@@ -121,38 +138,65 @@ pre{background:#f6f6f6;padding:1em;overflow-x:auto}
 {{end}}<tr class="bound"><td>lower bound</td><td>{{.Bound.NodeHours}}</td><td>1.000</td><td>{{.Bound.Cost}}</td><td>0</td><td>0</td><td>0</td><td>{{.Bound.Util}}</td><td></td><td></td><td></td><td></td><td></td></tr></tbody></table>
 <ul>{{range .Notes}}<li>{{.}}</li>{{end}}</ul>
 <h2>Demand and capacity over time</h2>
-<p class="legend"><span><i class="sw" style="background:#999"></i>lower bound (nodes)</span><span><i class="sw" style="background:#d95f02"></i>demand: running and queued work, in nodes</span><span><i class="sw" style="background:#1b9e77"></i>machines billed</span></p>
+<p>Every chart shares one time axis and one vertical scale, so the policies compare at a glance. Demand is running and queued work in nodes of the pool's largest shape; machines billed include booting and leaving ones.</p>
+<noscript><p>The charts need JavaScript.</p></noscript>
 {{range .Charts}}<h3>{{.Policy}} <small>({{.NodeHours}})</small></h3>
-<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" viewBox="0 0 {{.Width}} {{.Height}}" role="img" aria-label="{{.Policy}}: demand and capacity over time">
-<rect x="50" y="10" width="{{.Plot}}" height="{{$.ChartPlotH}}" fill="none" stroke="#ccc"/>
-{{range .YTicks}}<line x1="46" x2="50" y1="{{.Pos}}" y2="{{.Pos}}" stroke="#666"/><text x="44" y="{{.Pos}}" font-size="10" text-anchor="end" dominant-baseline="middle">{{.Label}}</text>
-{{end}}{{range .XTicks}}<line x1="{{.Pos}}" x2="{{.Pos}}" y1="{{$.ChartBottom}}" y2="{{$.ChartTickEnd}}" stroke="#666"/><text x="{{.Pos}}" y="{{$.ChartLabelY}}" font-size="10" text-anchor="middle">{{.Label}}</text>
-{{end}}<polyline class="bound" fill="none" stroke="#999" stroke-width="1" points="{{.Bound}}"/>
-<polyline class="demand" fill="none" stroke="#d95f02" stroke-width="1" points="{{.Demand}}"/>
-<polyline class="billed" fill="none" stroke="#1b9e77" stroke-width="1.2" points="{{.Billed}}"/>
-</svg>
-{{end}}<h2>Configuration</h2>
+<div class="chart-box" id="chart-{{.Index}}"></div>
+{{end}}<h2>Queue waits</h2>
+<p>Each instance's wait from its job's submit to its first start, by percentile of instances (an instance that never started waits until the run's end).</p>
+<div class="chart-box" id="waits"></div>
+<h2>Configuration</h2>
 <pre>{{range .Config}}{{.}}
 {{end}}</pre>
+<script type="application/json" id="report-data">{{.Data}}</script>
+<script>{{.ChartJS}}</script>
+<script>{{.Draw}}</script>
 </body></html>
 `))
 
-// Chart geometry.
-const (
-	chartW, chartH = 960, 240
-	plotX, plotY   = 50, 10
-	plotW, plotH   = chartW - plotX - 20, chartH - plotY - 30
-)
+// drawJS draws the report's charts from its embedded data.
+const drawJS = `(function () {
+  var d = JSON.parse(document.getElementById("report-data").textContent);
+  var unit = 3600, name = "h";
+  if (d.span_s > 72 * 3600) { unit = 86400; name = "days"; } else if (d.span_s < 3 * 3600) { unit = 60; name = "min"; }
+  var colours = ["#1b63b5", "#c2410c", "#16803c", "#7a3db8", "#a16207", "#0e7490"];
+  function draw() {
+    d.policies.forEach(function (p, i) {
+      var box = document.getElementById("chart-" + i);
+      var pts = function (ys) {
+        var out = [];
+        for (var k = 0; k < p.t.length; k++) out.push([p.t[k] / unit, ys[k]]);
+        return out;
+      };
+      tideChart.render(box, {label: p.policy + ": demand and capacity over time", height: 280,
+        x: {label: "time since the trace began (" + name + ")", min: 0, max: d.span_s / unit},
+        y: {label: "nodes", max: d.y_max},
+        series: [
+          {name: "lower bound (nodes)", cls: "bound", color: "#6b6b6b", step: true, points: pts(p.bound), width: 1},
+          {name: "demand: running and queued work, in nodes", cls: "demand", color: "#c2410c", step: true, points: pts(p.demand), width: 1},
+          {name: "machines billed", cls: "billed", color: "#16803c", step: true, points: pts(p.billed), width: 1.5},
+        ]});
+    });
+    tideChart.render(document.getElementById("waits"), {label: "queue waits by percentile of instances, every policy",
+      height: 320, x: {label: "percentile of instances", min: 0, max: 100}, y: {label: "wait (seconds)"},
+      series: d.policies.map(function (p, i) {
+        return {name: p.policy, cls: "waits", color: colours[i % colours.length],
+          points: (p.waits || []).map(function (w, k) { return [k, w]; }), width: 1.8};
+      })});
+  }
+  draw();
+  var last = window.innerWidth;
+  window.addEventListener("resize", function () { if (window.innerWidth !== last) { last = window.innerWidth; draw(); } });
+})();`
 
-// WriteHTML writes the report as one self-contained page: the table, an
-// inline SVG chart per policy of demand, billed machines and the lower
-// bound over time (the results need Options.Buckets and the bound its
-// curve), and the configuration.
+// WriteHTML writes the report as one self-contained page: the table, a
+// chart per policy of demand, billed machines and the lower bound over time
+// (the results need Options.Buckets and the bound its curve) on one shared
+// time axis and vertical scale, a chart of every policy's queue waits, and
+// the configuration. The charts are drawn in the browser by the dashboard's
+// SVG renderer, inlined with the data: the page loads nothing else.
 func (r *Report) WriteHTML(w io.Writer) error {
-	p := struct {
-		htmlPage
-		ChartPlotH, ChartBottom, ChartTickEnd, ChartLabelY int
-	}{ChartPlotH: plotH, ChartBottom: plotY + plotH, ChartTickEnd: plotY + plotH + 4, ChartLabelY: plotY + plotH + 16}
+	p := htmlPage{ChartJS: template.JS(webui.ChartJS), Draw: template.JS(drawJS)}
 	p.Title = "tide simulate: " + r.Trace
 	for _, res := range r.Results {
 		p.Rows = append(p.Rows, htmlRow{Policy: res.Policy, NodeHours: fmt.Sprintf("%.1f", res.NodeHours),
@@ -165,17 +209,47 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		Util: fmt.Sprintf("%.1f%%", 100*ratio(r.Bound.WorkNodeHours, r.Bound.NodeHours))}
 	p.Notes = r.Notes()
 	p.Config = r.Config.Describe()
-	// One time axis for every chart: the longest run's.
+	p.Data = r.chartData()
+	for i, res := range r.Results {
+		p.Charts = append(p.Charts, htmlChart{Index: i, Policy: res.Policy,
+			NodeHours: fmt.Sprintf("%.1f node-hours, %.3f× the bound", res.NodeHours, ratio(res.NodeHours, r.Bound.NodeHours))})
+	}
+	return page.Execute(w, p)
+}
+
+// chartData gathers every policy's curves on one time axis (the longest
+// run's) and one vertical scale (the largest value of any curve).
+func (r *Report) chartData() chartData {
+	d := chartData{YMax: 1, Policies: []policySeries{}}
 	var span time.Duration
 	for _, res := range r.Results {
 		if n := len(res.Series); n > 0 {
 			span = max(span, res.Series[n-1].At+bucketWidth(res.Series))
 		}
 	}
+	d.Span = span.Seconds()
 	for _, res := range r.Results {
-		p.Charts = append(p.Charts, r.chart(res, span))
+		ps := policySeries{Policy: res.Policy, Waits: res.WaitCurve, Times: []float64{}, Bound: []float64{},
+			Demand: []float64{}, Billed: []int{}}
+		if ps.Waits == nil {
+			ps.Waits = []float64{}
+		}
+		pts := res.Series
+		if len(pts) > 0 {
+			width := bucketWidth(pts)
+			bound := boundBuckets(r.Bound.Curve, width, len(pts))
+			for i, pt := range pts {
+				ps.Times = append(ps.Times, pt.At.Seconds())
+				ps.Bound = append(ps.Bound, bound[i])
+				ps.Demand = append(ps.Demand, math.Round(pt.Demand*1000)/1000)
+				ps.Billed = append(ps.Billed, pt.Billed)
+				d.YMax = max(d.YMax, pt.Demand, float64(pt.Billed), bound[i])
+			}
+		}
+		d.Policies = append(d.Policies, ps)
 	}
-	return page.Execute(w, p)
+	d.YMax = math.Ceil(d.YMax)
+	return d
 }
 
 // bucketWidth returns the width of a series' buckets.
@@ -184,53 +258,6 @@ func bucketWidth(pts []Point) time.Duration {
 		return pts[1].At - pts[0].At
 	}
 	return time.Second
-}
-
-// chart draws one policy's series beside the bound's curve, on a time
-// axis of the given span.
-func (r *Report) chart(res *Result, span time.Duration) chart {
-	c := chart{Policy: res.Policy, Width: chartW, Height: chartH, Plot: plotW,
-		NodeHours: fmt.Sprintf("%.1f node-hours, %.3f× the bound", res.NodeHours, ratio(res.NodeHours, r.Bound.NodeHours))}
-	pts := res.Series
-	if len(pts) == 0 {
-		return c
-	}
-	width := bucketWidth(pts)
-	span = max(span, pts[len(pts)-1].At+width)
-	bound := boundBuckets(r.Bound.Curve, width, len(pts))
-	ymax := 1.0
-	for i, p := range pts {
-		ymax = max(ymax, p.Demand, float64(p.Billed), bound[i])
-	}
-	c.YMax = int(math.Ceil(ymax))
-	x := func(t time.Duration) float64 { return plotX + float64(plotW)*float64(t)/float64(span) }
-	y := func(v float64) float64 { return plotY + float64(plotH)*(1-v/float64(c.YMax)) }
-	var b, d, m strings.Builder
-	for i, p := range pts {
-		for k, t := range []time.Duration{p.At, p.At + width} {
-			sep := " "
-			if i == 0 && k == 0 {
-				sep = ""
-			}
-			fmt.Fprintf(&b, "%s%.1f,%.1f", sep, x(t), y(bound[i]))
-			fmt.Fprintf(&d, "%s%.1f,%.1f", sep, x(t), y(p.Demand))
-			fmt.Fprintf(&m, "%s%.1f,%.1f", sep, x(t), y(float64(p.Billed)))
-		}
-	}
-	c.Bound, c.Demand, c.Billed = b.String(), d.String(), m.String()
-	for _, v := range niceTicks(float64(c.YMax), 5) {
-		c.YTicks = append(c.YTicks, tick{Pos: y(v), Label: strconv.FormatFloat(v, 'f', -1, 64)})
-	}
-	unit, name := time.Hour, "h"
-	if span > 72*time.Hour {
-		unit, name = 24*time.Hour, "d"
-	} else if span < 3*time.Hour {
-		unit, name = time.Minute, "min"
-	}
-	for _, v := range niceTicks(float64(span)/float64(unit), 8) {
-		c.XTicks = append(c.XTicks, tick{Pos: x(time.Duration(v * float64(unit))), Label: strconv.FormatFloat(v, 'f', -1, 64) + name})
-	}
-	return c
 }
 
 // boundBuckets folds a node-count curve into n buckets of the given width:
@@ -247,27 +274,6 @@ func boundBuckets(curve []trace.Step, width time.Duration, n int) []float64 {
 			k++
 		}
 		out[i] = float64(best)
-	}
-	return out
-}
-
-// niceTicks returns up to about n round values from 0 to hi.
-func niceTicks(hi float64, n int) []float64 {
-	if hi <= 0 {
-		return []float64{0}
-	}
-	raw := hi / float64(n)
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	step := mag
-	for _, f := range []float64{1, 2, 5, 10} {
-		if f*mag >= raw {
-			step = f * mag
-			break
-		}
-	}
-	var out []float64
-	for v := 0.0; v <= hi+step/1e9; v += step {
-		out = append(out, math.Round(v*1e9)/1e9)
 	}
 	return out
 }

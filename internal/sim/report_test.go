@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -72,8 +74,8 @@ func TestJSONShape(t *testing.T) {
 }
 
 // TestHTMLReport: the page is self-contained (no external reference), has
-// the table, one SVG chart per policy with its three curves, and the
-// configuration.
+// the table, a chart per policy and a chart of waits with their data (one
+// time axis, one vertical scale), and the configuration.
 func TestHTMLReport(t *testing.T) {
 	rep := smallReport(t)
 	var buf bytes.Buffer
@@ -86,16 +88,52 @@ func TestHTMLReport(t *testing.T) {
 			t.Errorf("page refers to something outside it: %q", bad)
 		}
 	}
-	if n := strings.Count(page, `<svg class="chart"`); n != len(policy.Names) {
-		t.Errorf("%d charts, want %d", n, len(policy.Names))
+	if n := strings.Count(page, `<div class="chart-box" id="chart-`); n != len(policy.Names) {
+		t.Errorf("%d chart boxes, want %d", n, len(policy.Names))
 	}
-	for _, class := range []string{"bound", "demand", "billed"} {
-		if n := strings.Count(page, `<polyline class="`+class+`" fill="none" stroke="`); n != len(policy.Names) {
-			t.Errorf("%d %s curves, want %d", n, class, len(policy.Names))
+	if !strings.Contains(page, `<div class="chart-box" id="waits">`) {
+		t.Error("no chart of waits")
+	}
+	// The charts' data is embedded: one time axis, one vertical scale, and
+	// for every policy its curves and its waits.
+	i := strings.Index(page, `<script type="application/json" id="report-data">`)
+	if i < 0 {
+		t.Fatal("no embedded chart data")
+	}
+	raw := page[i+len(`<script type="application/json" id="report-data">`):]
+	raw = raw[:strings.Index(raw, "</script>")]
+	var data struct {
+		Span     float64 `json:"span_s"`
+		YMax     float64 `json:"y_max"`
+		Policies []struct {
+			Policy string    `json:"policy"`
+			T      []float64 `json:"t"`
+			Bound  []float64 `json:"bound"`
+			Demand []float64 `json:"demand"`
+			Billed []int     `json:"billed"`
+			Waits  []float64 `json:"waits"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal([]byte(raw), &data); err != nil {
+		t.Fatalf("chart data: %v\n%.300s", err, raw)
+	}
+	if len(data.Policies) != len(policy.Names) || data.Span <= 0 {
+		t.Fatalf("chart data has %d policies, span %v", len(data.Policies), data.Span)
+	}
+	top := 0.0
+	for _, p := range data.Policies {
+		if len(p.T) == 0 || len(p.T) != len(p.Bound) || len(p.T) != len(p.Demand) || len(p.T) != len(p.Billed) {
+			t.Errorf("%s: curves of %d, %d, %d, %d points", p.Policy, len(p.T), len(p.Bound), len(p.Demand), len(p.Billed))
+		}
+		if len(p.Waits) != 101 || !slices.IsSorted(p.Waits) {
+			t.Errorf("%s: %d wait percentiles, sorted %v", p.Policy, len(p.Waits), slices.IsSorted(p.Waits))
+		}
+		for k := range p.T {
+			top = max(top, p.Bound[k], p.Demand[k], float64(p.Billed[k]))
 		}
 	}
-	if strings.Contains(page, `points=""`) {
-		t.Error("an empty curve")
+	if data.YMax < top || data.YMax > top+1 {
+		t.Errorf("shared y scale %v, want the largest value %v rounded up", data.YMax, top)
 	}
 	if n := strings.Count(page, `<tr class="policy">`); n != len(policy.Names) {
 		t.Errorf("%d table rows, want %d", n, len(policy.Names))
@@ -127,8 +165,9 @@ func chromium(t *testing.T) string {
 }
 
 // TestHTMLRendersInChromium opens the report in headless Chromium: the
-// DOM it builds holds the table and the charts, and a screenshot shows the
-// curves painted in their colours.
+// DOM it builds holds the table and the charts (every policy's on one
+// vertical scale, axes labelled, as wide as the page, and a chart of waits),
+// and a screenshot shows the curves painted in their colours.
 func TestHTMLRendersInChromium(t *testing.T) {
 	bin := chromium(t)
 	rep := smallReport(t)
@@ -155,14 +194,43 @@ func TestHTMLRendersInChromium(t *testing.T) {
 		}
 		return out
 	}
-	dom := string(run("--dump-dom", "file://"+page))
-	if n := strings.Count(dom, "<polyline"); n != 3*len(policy.Names) {
-		t.Errorf("rendered DOM has %d curves, want %d", n, 3*len(policy.Names))
+	dom := string(run("--window-size=1100,2400", "--dump-dom", "file://"+page))
+	// Three curves per policy, and one curve of waits per policy.
+	if n := strings.Count(dom, "<polyline"); n != 4*len(policy.Names) {
+		t.Errorf("rendered DOM has %d curves, want %d", n, 4*len(policy.Names))
+	}
+	// One vertical scale for every policy's chart, labelled axes, and the
+	// page's width.
+	svgs := regexp.MustCompile(`<svg class="chart"[^>]*>`).FindAllString(dom, -1)
+	if len(svgs) != len(policy.Names)+1 {
+		t.Fatalf("rendered DOM has %d charts, want %d", len(svgs), len(policy.Names)+1)
+	}
+	ymax := regexp.MustCompile(`data-ymax="([^"]+)"`)
+	width := regexp.MustCompile(` width="(\d+)"`)
+	for i, s := range svgs {
+		if m := ymax.FindStringSubmatch(s); i < len(policy.Names) && m[1] != ymax.FindStringSubmatch(svgs[0])[1] {
+			t.Errorf("chart %d has y max %s, chart 0 %s: not one scale", i, m[1], ymax.FindStringSubmatch(svgs[0])[1])
+		}
+		if w, _ := strconv.Atoi(width.FindStringSubmatch(s)[1]); w < 900 {
+			t.Errorf("chart %d is %d px wide in a 1100 px window: it does not use the page width", i, w)
+		}
+	}
+	if n := strings.Count(dom, `class="axis-label`); n != 2*len(svgs) {
+		t.Errorf("%d axis labels, want two per chart (%d)", n, 2*len(svgs))
+	}
+	for _, label := range []string{"nodes", "wait (seconds)", "percentile of instances", "time since the trace began"} {
+		if !strings.Contains(dom, label) {
+			t.Errorf("no axis labelled %q", label)
+		}
 	}
 	if !strings.Contains(dom, `<table id="results">`) || strings.Count(dom, `<tr class="policy">`) != len(policy.Names) {
 		t.Error("rendered DOM lacks the results table")
 	}
-	shot := filepath.Join(dir, "shot.png")
+	shotDir := dir
+	if d := os.Getenv("TIDE_ARTEFACTS"); d != "" {
+		shotDir = d // keep the screenshot as a test artefact
+	}
+	shot := filepath.Join(shotDir, "simulate-report.png")
 	run("--screenshot="+shot, "--window-size=1100,2400", "--hide-scrollbars", "file://"+page)
 	f, err := os.Open(shot)
 	if err != nil {
@@ -174,7 +242,7 @@ func TestHTMLRendersInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Count pixels near each curve's colour (anti-aliasing blends edges).
-	colours := map[string][3]int{"billed": {0x1b, 0x9e, 0x77}, "demand": {0xd9, 0x5f, 0x02}}
+	colours := map[string][3]int{"billed": {0x16, 0x80, 0x3c}, "demand": {0xc2, 0x41, 0x0c}}
 	for name, c := range colours {
 		n := 0
 		b := img.Bounds()

@@ -22,6 +22,9 @@ type Result struct {
 	// instance's first start. An instance that never started counts as
 	// waiting until the end of the run. WaitMean is the mean.
 	WaitP50, WaitP95, WaitP99, WaitMean float64
+	// WaitCurve is the wait in seconds at each whole percentile from 0 to
+	// 100 (101 values; empty without instances), for the report's chart.
+	WaitCurve []float64
 	// Utilization is the fraction of the billed capacity that running
 	// instances requested, in the most used dimension (GPUs for a GPU
 	// pool): resource-seconds requested / resource-seconds billed.
@@ -140,6 +143,19 @@ func (r *Report) JSON() JSONReport {
 		out.Policies = append(out.Policies, JSONPolicy{Policy: p.Policy, NodeHours: p.NodeHours, Cost: p.Cost,
 			WaitP50: p.WaitP50, WaitP95: p.WaitP95, WaitP99: p.WaitP99, Utilization: p.Utilization,
 			ScaleEvents: p.ScaleEvents, Disrupted: p.Disrupted})
+	}
+	return out
+}
+
+// waitCurve returns the waits (sorted) at each whole percentile, 0 to 100.
+func waitCurve(sorted []float64) []float64 {
+	if len(sorted) == 0 {
+		return nil
+	}
+	out := make([]float64, 101)
+	out[0] = sorted[0]
+	for p := 1; p <= 100; p++ {
+		out[p] = percentile(sorted, float64(p))
 	}
 	return out
 }
