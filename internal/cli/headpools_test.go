@@ -13,9 +13,9 @@ import (
 // file, the pool and the field, and no data dir created.
 func TestHeadConfigRefusesBadInput(t *testing.T) {
 	dir := t.TempDir()
-	unsupported := writeFile(t, dir, "plugin.yaml", `pools:
+	unsupported := writeFile(t, dir, "cloud.yaml", `pools:
   - name: gpu
-    provider: {type: plugin}
+    provider: {type: kubernetes}
     nodes: [0, 2]
     offerings:
       - {type: g1, cpu: 1, memory: 1Gi, price: 1}

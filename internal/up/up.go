@@ -111,7 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 		pools = []config.Pool{p}
 	}
 	hc := cfg.Head
-	hc.DataDir, hc.Port, hc.Addr, hc.Token = cfg.DataDir, cmp.Or(cfg.Port, 8000), cfg.Addr, cfg.Token
+	hc.DataDir, hc.Port, hc.Addr, hc.Token = cfg.DataDir, cmp.Or(cfg.Port, 8000), cfg.Addr, cmp.Or(cfg.Token, hc.Token)
 	switch cfg.TLS {
 	case "":
 		hc.TLSCertFile, hc.TLSKeyFile = cfg.TLSCertFile, cfg.TLSKeyFile
