@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // BuyOptions bounds a Buy call.
@@ -767,31 +768,27 @@ func (b *buyer) finish(p *Purchase, groups []capacity.Pending) {
 	p.Counts = make([]int, b.noffs)
 	p.Unplaced = make([]int, len(groups))
 	placed := make([]int, len(groups))
+	// Saturating sums: groups of huge counts buy "more than any max",
+	// never a count wrapped negative.
 	for _, n := range p.New {
-		p.Counts[n.Offering] += n.Count
-		p.Nodes += n.Count
+		p.Counts[n.Offering] = validate.Add(p.Counts[n.Offering], n.Count)
+		p.Nodes = validate.Add(p.Nodes, n.Count)
 		for _, pl := range n.Placements {
-			placed[pl.Group] += pl.Count * n.Count
+			placed[pl.Group] = validate.Add(placed[pl.Group], validate.Mul(pl.Count, n.Count))
 		}
 	}
 	for _, e := range p.Existing {
 		for _, pl := range e.Placements {
-			placed[pl.Group] += pl.Count
+			placed[pl.Group] = validate.Add(placed[pl.Group], pl.Count)
 		}
 	}
 	for g := range groups {
-		p.Unplaced[g] = max(groups[g].Count, 0) - placed[g]
-		p.UnplacedTotal += p.Unplaced[g]
+		p.Unplaced[g] = max(max(groups[g].Count, 0)-placed[g], 0)
+		p.UnplacedTotal = validate.Add(p.UnplacedTotal, p.Unplaced[g])
 	}
 	if p.UnplacedTotal > sumInt(b.unfit) {
 		p.HasBound = false // a cap left items out: the bound is for all of them
 	}
 }
 
-func sumInt(v []int) int {
-	s := 0
-	for _, x := range v {
-		s += x
-	}
-	return s
-}
+func sumInt(v []int) int { return validate.Sum(v...) }

@@ -21,7 +21,7 @@ import (
 //     (or says the input is empty);
 //   - an accepted snapshot holds no negative count, no amount larger than
 //     any machine, and instances that fit their node;
-//   - decided by the skyward, target-tracking and utilization policies and
+//   - decided by the skyward, target-tracking, utilization and tide policies and
 //     one step of the reconciler, desired stays within [min, max], no busy
 //     or protected machine is drained or marked, nothing is provisioned
 //     while a call is in flight, and the view left for the next step is
@@ -55,6 +55,9 @@ func FuzzSnapshot(f *testing.F) {
 			Resources: capacity.Resources{MilliCPU: 2000, Memory: 8 << 30}}}},
 		{Policy: policy.Utilization, Nodes: nodes, Offerings: []capacity.Offering{{Type: "g8", PricePerHour: 1,
 			Resources: capacity.Resources{MilliCPU: 32000, Memory: 256 << 30, GPUs: 8}}}},
+		{Policy: policy.Tide, Nodes: nodes, Offerings: []capacity.Offering{
+			{Type: "c8", PricePerHour: 0.4, Resources: capacity.Resources{MilliCPU: 8000, Memory: 32 << 30}},
+			{Type: "g8", PricePerHour: 2, Resources: capacity.Resources{MilliCPU: 32000, Memory: 256 << 30, GPUs: 8}}}},
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Parse(data)

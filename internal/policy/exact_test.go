@@ -10,9 +10,9 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 )
 
-// The policies whose count arithmetic this file checks. The tide policy's
-// purchase (its mix) is checked with its optimizer.
-var exactPolicies = []string{Skyward, TargetTracking, Utilization}
+// The policies whose count arithmetic this file checks: every policy, the
+// tide policy with its purchase (binpack.Buy) included.
+var exactPolicies = []string{Skyward, TargetTracking, Utilization, Tide}
 
 var exactBase = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -151,9 +151,11 @@ func TestHugeQueueAsksForMax(t *testing.T) {
 				{Requests: capacity.Resources{MilliCPU: 1000, GPUs: 1}, Count: math.MaxInt64 - 1},
 				{Requests: capacity.Resources{MilliCPU: 2000, GPUs: 8}, Count: math.MaxInt64}},
 		} {
-			d := p.Decide(Input{Now: exactBase, Desired: 2, Pressure: capacity.Pressure{Pending: pending,
-				Nodes: []capacity.Node{{ID: "a", Resources: capacity.Resources{MilliCPU: 8000, GPUs: 8}},
-					{ID: "b", Ordinal: 1, Resources: capacity.Resources{MilliCPU: 8000, GPUs: 8}}}}})
+			// The backlog has waited past any batching window (tide's).
+			d := p.Decide(Input{Now: exactBase, Desired: 2, State: State{PendingSince: exactBase.Add(-time.Hour)},
+				Pressure: capacity.Pressure{Pending: pending,
+					Nodes: []capacity.Node{{ID: "a", Resources: capacity.Resources{MilliCPU: 8000, GPUs: 8}},
+						{ID: "b", Ordinal: 1, Resources: capacity.Resources{MilliCPU: 8000, GPUs: 8}}}}})
 			if d.Desired != 16 {
 				t.Errorf("%s: %d groups of huge counts: desired %d (%s), want max 16", name, len(pending), d.Desired, d.Reason)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tide-project/tide/internal/binpack"
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/validate"
 )
 
 // CodeBatching is the tide policy's reason code while a new backlog is held
@@ -102,7 +103,9 @@ func (p *tidePolicy) Decide(in Input) Decision {
 			st.PendingSince = in.Now
 		}
 		if waited := in.Now.Sub(st.PendingSince); waited < p.cfg.BatchWindow {
-			d = Decision{Desired: in.Desired, Tide: &TideFigures{}, Recheck: st.PendingSince.Add(p.cfg.BatchWindow),
+			// The batch waits for its window, but never below the nodes
+			// that run work.
+			d = Decision{Desired: max(in.Desired, v.busy), Tide: &TideFigures{}, Recheck: st.PendingSince.Add(p.cfg.BatchWindow),
 				Reason: NewReason(CodeBatching, "%d queued instances batched for %dms of the %dms window",
 					int64(queued), waited.Milliseconds(), p.cfg.BatchWindow.Milliseconds())}
 		} else {
@@ -158,7 +161,9 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int) Decision {
 		}
 	}
 	spare := max(max(cfg.Headroom, burstSpare(res.Nodes, in.Desired-v.unmarked))-stillEmpty, 0)
-	need := v.unmarked + res.Nodes + spare
+	// Saturating: a backlog of huge counts needs "more than max", never a
+	// sum wrapped negative.
+	need := validate.Sum(v.unmarked, res.Nodes, spare)
 	// Unfit shapes are those the unlimited packing could not place.
 	unfitGroup, unfitCount := -1, 0
 	for g, u := range res.Unplaced {
