@@ -496,10 +496,6 @@ func TestNetnsHeadKill9(t *testing.T) {
 		st := r.statuses(ids)
 		return st["RUNNING"] == 2, fmt.Sprint(st)
 	})
-	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-firstDone
 	nss := func() []string {
 		out, _ := exec.Command("ip", "netns", "list").Output()
 		var got []string
@@ -510,8 +506,18 @@ func TestNetnsHeadKill9(t *testing.T) {
 		}
 		return got
 	}
-	if got := nss(); len(got) != 2 {
-		t.Fatalf("namespaces after kill -9: %v, want the 2 machines'", got)
+	// The purchase decides how many machines host the two instances (one
+	// ns-big is cheaper than two ns-small): those are what must survive.
+	machines := len(nss())
+	if machines == 0 {
+		t.Fatal("no namespace runs the two instances")
+	}
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-firstDone
+	if got := nss(); len(got) != machines {
+		t.Fatalf("namespaces after kill -9: %v, want the %d machines'", got, machines)
 	}
 	// A namespace of a machine never recorded (a crash between the two).
 	if out, err := exec.Command("ip", "netns", "add", prefix+"-ghost-9").CombinedOutput(); err != nil {
@@ -521,10 +527,10 @@ func TestNetnsHeadKill9(t *testing.T) {
 	r = connect()
 	r.eventually("the ghost namespace is removed and the machines adopted", 30*time.Second, func() (bool, string) {
 		got := nss()
-		return len(got) == 2 && !strings.Contains(strings.Join(got, " "), "ghost"), fmt.Sprint(got)
+		return len(got) == machines && !strings.Contains(strings.Join(got, " "), "ghost"), fmt.Sprint(got)
 	})
-	r.eventually("the restarted controller adopts both joined machines", 30*time.Second, func() (bool, string) {
-		return strings.Contains(r.events(), "at epoch 2: 2 joined"), "no adoption event yet"
+	r.eventually("the restarted controller adopts the joined machines", 30*time.Second, func() (bool, string) {
+		return strings.Contains(r.events(), fmt.Sprintf("at epoch 2: %d joined", machines)), "no adoption event yet"
 	})
 	for _, id := range ids {
 		in, err := r.cl.Instance(context.Background(), id)
