@@ -362,7 +362,6 @@ func (e *engine) step(ctx context.Context, t time.Time) error {
 // rel formats the virtual time as an offset from the trace origin.
 func (e *engine) rel() string { return e.now.Sub(Origin).String() }
 
-
 // arrival returns when job j arrives: its submit time, or the warm-up's
 // start for the initial load.
 func (e *engine) arrival(j int) time.Time {
@@ -371,10 +370,6 @@ func (e *engine) arrival(j int) time.Time {
 	}
 	return Origin.Add(e.w.Jobs[j].Submit)
 }
-
-
-
-
 
 // syncMachines looks at the machines in flight after the cloud changed: a
 // machine that reached Configured joins the scheduler (its agent
@@ -447,14 +442,12 @@ type seenState struct {
 	reclaim time.Time
 }
 
-
 func (e *engine) node(ord int) *node {
 	if ord < 0 || ord >= len(e.nodes) {
 		return nil
 	}
 	return e.nodes[ord]
 }
-
 
 // ordinalOf parses the ordinal out of a controller machine id
 // "<pool>-<ordinal>-<serial>".
@@ -470,10 +463,6 @@ func ordinalOf(id, pool string) (int, bool) {
 	n, err := strconv.Atoi(ord)
 	return n, err == nil && n >= 0
 }
-
-
-
-
 
 // reportBusy tells the controller about nodes whose busy state changed;
 // it reports whether there is something to sync.
@@ -504,7 +493,6 @@ func (e *engine) evaluate() bool {
 	e.ctl.SetDesired(d)
 	return true
 }
-
 
 // afterController reads the controller's status: which nodes its
 // reconciler knows as joined, and whether the pool is settled.
@@ -584,8 +572,6 @@ func (e *engine) armWake() {
 	e.q.push(event{at: best, kind: evWake, gen: e.wakeGen})
 }
 
-
-
 // Busy reports whether a node runs work (controller.Workload).
 func (e *engine) Busy(_ context.Context, n controller.Node) (bool, error) {
 	nd := e.byMachine[n.MachineID]
@@ -653,8 +639,6 @@ func (e *engine) violation(format string, args ...any) {
 	}
 }
 
-
-
 // demandNodes expresses an amount of resources in nodes of the pool's
 // largest shape: the largest share over the dimensions.
 func (e *engine) demandNodes(r capacity.Resources) float64 {
@@ -667,8 +651,6 @@ func (e *engine) demandNodes(r capacity.Resources) float64 {
 	}
 	return share
 }
-
-
 
 func minTime(a, b time.Time) time.Time {
 	if a.Before(b) {
