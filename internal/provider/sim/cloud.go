@@ -46,6 +46,7 @@ type Cloud struct {
 	offerings  map[string]*offering
 	machines   map[string]*machine
 	pools      map[string]map[string]*machine // pool → id → machine
+	sorted     map[string][]*machine          // pool ("" all) → machines by id, for List; cleared on a change
 	gone       map[string]bool                // ids deleted, reclaimed or lost: never reused
 	ledger     map[string]*record
 	fences     provider.FenceTable
@@ -228,6 +229,7 @@ func (c *Cloud) create(now time.Time, req *provider.CreateRequest) (provider.Ack
 		c.pools[m.Pool] = pool
 	}
 	pool[m.ID] = m
+	clear(c.sorted)
 	off.alive++
 	c.alive++
 	c.ledger[m.ID] = &record{Record: Record{MachineID: m.ID, Pool: m.Pool, Offering: m.Offering,
@@ -338,9 +340,17 @@ func (c *Cloud) List(ctx context.Context, f provider.Filter) ([]provider.Machine
 		return nil, fmt.Errorf("list machines: %w", err)
 	}
 	defer c.mu.Unlock()
-	src := c.machines
-	if f.Pool != "" {
-		src = c.pools[f.Pool]
+	src, ok := c.sorted[f.Pool]
+	if !ok {
+		all := c.machines
+		if f.Pool != "" {
+			all = c.pools[f.Pool]
+		}
+		src = slices.SortedFunc(maps.Values(all), func(a, b *machine) int { return strings.Compare(a.ID, b.ID) })
+		if c.sorted == nil {
+			c.sorted = map[string][]*machine{}
+		}
+		c.sorted[f.Pool] = src
 	}
 	out := make([]provider.Machine, 0, len(src))
 	for _, m := range src {
@@ -348,7 +358,6 @@ func (c *Cloud) List(ctx context.Context, f provider.Filter) ([]provider.Machine
 			out = append(out, m.Machine.Clone())
 		}
 	}
-	slices.SortFunc(out, func(a, b provider.Machine) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -462,6 +471,7 @@ func (c *Cloud) interruptAt(now time.Time, m *machine, reclaim time.Time) {
 func (c *Cloud) remove(now time.Time, m *machine, why string) {
 	delete(c.machines, m.ID)
 	delete(c.pools[m.Pool], m.ID)
+	clear(c.sorted)
 	if len(c.pools[m.Pool]) == 0 {
 		delete(c.pools, m.Pool)
 	}
