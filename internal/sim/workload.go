@@ -297,13 +297,19 @@ func (w *Workload) Bound(cfg *Config, curve bool) (trace.Bound, error) {
 	return b, nil
 }
 
+// DefaultReplicaWindow is the window over which the default configuration
+// of a rate or level series averages it before counting replicas.
+const DefaultReplicaWindow = time.Minute
+
 // DefaultConfig returns the configuration used when none is given, chosen
 // by the trace's format: GPU traces get 8-GPU nodes (96 cores, 768 GiB,
 // $24.48/h, the p4d.24xlarge-class price), CPU traces 32-core 128 GiB nodes
 // ($1.54/h), with normalized requests read against that machine; rate and
 // level series get one 1-GPU, 8-core, 64 GiB replica per request per second
-// (or per unit of level) on 8-GPU nodes. Every pool boots in DefaultBoot,
-// scales between 0 and 10,000 nodes with the tide policy.
+// (or per unit of level; a whole node per node of philly-active-nodes) on
+// 8-GPU nodes, never fewer than 1, following the series over windows of
+// DefaultReplicaWindow (or the bins, when wider). Every pool boots in
+// DefaultBoot, scales between 0 and 10,000 nodes with the tide policy.
 func DefaultConfig(f trace.Format) *Config {
 	g8 := capacity.Offering{Type: "g8", Kind: capacity.OnDemand, PricePerHour: 24.48,
 		Resources: capacity.Resources{MilliCPU: 96000, Memory: 768 << 30, GPUs: 8}}
@@ -314,7 +320,18 @@ func DefaultConfig(f trace.Format) *Config {
 	switch {
 	case f.Kind == trace.KindRate || f.Kind == trace.KindLevel:
 		c.Pool.Offerings = []capacity.Offering{g8}
-		c.Workload.Replicas = &ReplicaOptions{PerReplica: 1, Shape: capacity.Resources{MilliCPU: 8000, Memory: 64 << 30, GPUs: 1}}
+		r := &ReplicaOptions{PerReplica: 1, Shape: capacity.Resources{MilliCPU: 8000, Memory: 64 << 30, GPUs: 1}, Min: 1}
+		if f.Name == "philly-active-nodes" {
+			r.Shape = g8.Resources // the level counts whole nodes
+		}
+		// A serving autoscaler follows a metric averaged over about a
+		// minute, not second by second: replicas that live a few seconds
+		// would make every policy pay a boot for each (24 × the bound on
+		// the Azure code trace).
+		if w := f.Width; w > 0 && w < DefaultReplicaWindow {
+			r.Window = config.Duration((DefaultReplicaWindow + w - 1) / w * w)
+		}
+		c.Workload.Replicas = r
 	case hasGPUColumn(f):
 		c.Pool.Offerings = []capacity.Offering{g8}
 		c.Workload.SplitToNode = true
