@@ -44,7 +44,7 @@ config per shipped trace.
 
 --from and --to replay a window of the trace, in trace time ("24h", "36h30m"
 or seconds): the jobs submitted in it, with those already running at --from as
-the initial load. A series that skips bins is read with each missing bin as no
+the initial load; what still runs at --to ends there. A series that skips bins is read with each missing bin as no
 demand (a rate) or no change (a level); the report says how many were missing.
 
 --policy all runs the policies side by side (as many at once as GOMAXPROCS

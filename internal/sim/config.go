@@ -156,8 +156,8 @@ type WorkloadOptions struct {
 	Replicas *ReplicaOptions `json:"replicas,omitempty"`
 	// From and To replay a window of the trace (trace time, `tide simulate
 	// --from/--to`): the jobs submitted in [From, To), plus those running
-	// at From as the initial load; times count from From. Zero To means
-	// the trace's end.
+	// at From as the initial load, cut at To; times count from From. Zero
+	// To means the trace's end.
 	From config.Duration `json:"from,omitempty"`
 	To   config.Duration `json:"to,omitempty"`
 }

@@ -191,12 +191,16 @@ func PrepareWorkload(tw *trace.Workload, cfg *Config) (*Workload, error) {
 // shifted so that from is second 0: those submitted in it, and those
 // submitted before it and still running at from, as the initial load
 // (Preexisting, with what is left of their run). Censored jobs end at
-// horizon. It returns the jobs kept and how many were left out.
+// horizon, and every job still running at to ends there. It returns the
+// jobs kept and how many were left out.
 func window(jobs []trace.Job, horizon, from, to time.Duration) ([]trace.Job, int) {
 	out := jobs[:0:0]
 	left := 0
 	for _, j := range jobs {
 		end := j.End(horizon)
+		if to > 0 {
+			end = min(end, to) // the window ends the run of what still runs
+		}
 		switch {
 		case to > 0 && j.Submit >= to, end <= from:
 			left++
@@ -211,9 +215,6 @@ func window(jobs []trace.Job, horizon, from, to time.Duration) ([]trace.Job, int
 			}
 		}
 		j.Duration = end - from - j.Submit
-		if j.Submit > 0 {
-			j.Duration = end - from - j.Submit
-		}
 		j.Censored = false
 		out = append(out, j)
 	}
