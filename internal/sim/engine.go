@@ -121,21 +121,24 @@ type engine struct {
 	billed    int // machines the cloud bills now
 
 	// Controller and policy.
-	desired   int
-	state     policy.State
-	settled   bool
-	ctlDirty  bool     // the cloud changed since the last tick
-	resync    bool     // the last look at the cloud failed
-	tracked   []string // machines in flight, in the order first seen
-	tracking  map[string]seenState
-	tickAt    time.Time // armed tick; zero when none
-	tickGen   uint64
-	wakeAt    time.Time // armed policy wake-up; zero when none
-	wakeGen   uint64
-	marks     bool // the reconciler scales down through deletion marks
-	changed   bool // the pressure changed since the last evaluation
-	placeable bool // placement may succeed since the last Place
-	touched   []*node
+	desired  int
+	state    policy.State
+	settled  bool
+	ctlDirty bool     // the cloud changed since the last tick
+	resync   bool     // the last look at the cloud failed
+	tracked  []string // machines in flight, in the order first seen
+	tracking map[string]seenState
+	tickAt   time.Time // armed tick; zero when none
+	tickGen  uint64
+	wakeAt   time.Time // armed policy wake-up; zero when none
+	wakeGen  uint64
+	marks    bool // the reconciler scales down through deletion marks
+	// countsInstances: the policy counts running instances (Pressure.
+	// Inflight), so the pressure report lists each one.
+	countsInstances bool
+	changed         bool // the pressure changed since the last evaluation
+	placeable       bool // placement may succeed since the last Place
+	touched         []*node
 
 	// Scratch for the pressure report.
 	report capacity.Pressure
@@ -171,6 +174,7 @@ func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {
 	for _, o := range cfg.Pool.Offerings {
 		e.offs[o.Name()] = o
 	}
+	e.countsInstances = pcfg.Policy == policy.Skyward || opts.perInstance
 	rc := reconcile.Config{Nodes: pcfg.Nodes, ProtectFirstNode: pcfg.ProtectFirstNode}
 	if pcfg.Policy == policy.Utilization {
 		rc.ScaleDownDelay = pcfg.ScaleDownDelay // seed 001 scales down through deletion marks

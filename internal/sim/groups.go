@@ -390,9 +390,14 @@ func (e *engine) begin(g int32, n *node, k int32) {
 }
 
 // pressure builds the scheduler's report for the pool: the joined nodes by
-// ordinal with what runs on them (one entry per instance), and the pending
-// instances grouped by shape in the order their oldest instance arrived,
-// as scheduler.Place reports it.
+// ordinal with what runs on them, and the pending instances grouped by
+// shape in the order their oldest instance arrived, as scheduler.Place
+// reports it. What runs is one entry per instance for a policy that counts
+// them (skyward's instances in flight); for the others, which read only
+// sums of requests and whether a node is busy, one entry per group with
+// the group's total: the same decisions (the golden test holds every
+// policy to the per-instance engine's figures) at a cost that does not
+// grow with the instances.
 func (e *engine) pressure() capacity.Pressure {
 	p := &e.report
 	p.Nodes = p.Nodes[:0]
@@ -404,6 +409,12 @@ func (e *engine) pressure() capacity.Pressure {
 			n.running = n.running[:0]
 			for _, g := range n.groups {
 				gr := &e.groups[g]
+				if !e.countsInstances {
+					// One entry for the group: the same sums (busy,
+					// allocated, free, GPUs used) at the cost of one.
+					n.running = append(n.running, capacity.Instance{Requests: e.shapes[gr.shape].Scale(int64(gr.count))})
+					continue
+				}
 				for range gr.count {
 					n.running = append(n.running, capacity.Instance{Requests: e.shapes[gr.shape]})
 				}
