@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -118,7 +120,10 @@ type engine struct {
 
 	nodes     []*node // joined nodes by ordinal
 	byMachine map[string]*node
-	billed    int // machines the cloud bills now
+	billed    int     // machines the cloud bills now
+	unjoined  int     // nodes not yet reported joined by the controller
+	busyDirty []*node // nodes whose busy state or join changed since reportBusy
+	idle      []*node // the joined nodes running nothing (node.idlePos)
 
 	// Controller and policy.
 	desired  int
@@ -471,15 +476,26 @@ func ordinalOf(id, pool string) (int, bool) {
 // reportBusy tells the controller about nodes whose busy state changed;
 // it reports whether there is something to sync.
 func (e *engine) reportBusy() bool {
+	if len(e.busyDirty) == 0 {
+		return false
+	}
+	// Only nodes whose busy state or join changed can need a report; they
+	// are reported in ordinal order, as a pass over every node would.
+	slices.SortFunc(e.busyDirty, func(a, b *node) int { return cmp.Compare(a.ordinal, b.ordinal) })
 	any := false
-	for _, n := range e.nodes {
-		if n == nil || !n.ctlJoined || n.told == n.busy() {
+	for i, n := range e.busyDirty {
+		if i > 0 && e.busyDirty[i-1] == n {
+			continue
+		}
+		if e.node(n.ordinal) != n || !n.ctlJoined || n.told == n.busy() {
 			continue
 		}
 		n.told = n.busy()
 		e.ctl.ReportBusy(reconcile.NodeID(n.ordinal), n.told)
 		any = true
 	}
+	clear(e.busyDirty)
+	e.busyDirty = e.busyDirty[:0]
 	return any
 }
 
@@ -509,6 +525,9 @@ func (e *engine) afterController() {
 	// only deletion marks (ScaleDownDelay) need ticks to come due.
 	idle := st.Pending == 0 && st.Draining == 0 && len(st.Deleting) == 0
 	e.settled = idle && (st.Desired == st.Current || st.Desired < st.Current && !e.marks)
+	if e.unjoined == 0 {
+		return // every node the scheduler has is joined to the reconciler
+	}
 	for _, ns := range st.Nodes {
 		if !ns.Joined {
 			continue
@@ -516,6 +535,8 @@ func (e *engine) afterController() {
 		if n := e.byMachine[ns.MachineID]; n != nil && !n.ctlJoined {
 			n.ctlJoined = true
 			n.told = false // the reconciler takes a new node as idle
+			e.unjoined--
+			e.busyDirty = append(e.busyDirty, n)
 		}
 	}
 }
@@ -563,10 +584,8 @@ func (e *engine) armWake() {
 	if !st.LastDatapoint.IsZero() {
 		add(st.LastDatapoint.Add(c.MetricPeriod))
 	}
-	for _, n := range e.nodes {
-		if n != nil && !n.busy() {
-			add(n.idleSince.Add(c.IdleTimeout))
-		}
+	for _, n := range e.idle {
+		add(n.idleSince.Add(c.IdleTimeout))
 	}
 	if best.IsZero() || best.Equal(e.wakeAt) {
 		return

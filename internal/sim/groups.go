@@ -122,12 +122,32 @@ func (e *engine) stop(g int32) {
 	n.stale = true
 	if n.ninst == 0 {
 		n.idleSince = e.now
+		e.setIdle(n, true)
 	}
 	e.reindex(n)
 	gr.node = nil
 	e.running -= int(gr.count)
 	e.changed, e.placeable = true, true
 	e.touched = append(e.touched, n)
+}
+
+// setIdle puts a node in the list of idle nodes, or takes it out, and
+// marks its busy state for the next report.
+func (e *engine) setIdle(n *node, idle bool) {
+	e.busyDirty = append(e.busyDirty, n)
+	switch {
+	case idle && n.idlePos < 0 && e.node(n.ordinal) == n:
+		n.idlePos = len(e.idle)
+		e.idle = append(e.idle, n)
+	case !idle && n.idlePos >= 0:
+		last := len(e.idle) - 1
+		moved := e.idle[last]
+		e.idle[n.idlePos] = moved
+		moved.idlePos = n.idlePos
+		e.idle[last] = nil
+		e.idle = e.idle[:last]
+		n.idlePos = -1
+	}
 }
 
 // ran returns how long a running group has run since the origin.
@@ -161,7 +181,7 @@ func (e *engine) join(m *provider.Machine) {
 		return
 	}
 	res := e.offs[m.Offering].Resources
-	n := &node{machine: m.ID, ordinal: ord, offering: m.Offering, capacity: res.Clone(), idleSince: e.now}
+	n := &node{machine: m.ID, ordinal: ord, offering: m.Offering, capacity: res.Clone(), idleSince: e.now, idlePos: -1}
 	if old := e.node(ord); old != nil {
 		e.leave(old, true)
 	}
@@ -170,6 +190,8 @@ func (e *engine) join(m *provider.Machine) {
 	}
 	e.nodes[ord] = n
 	e.byMachine[m.ID] = n
+	e.unjoined++
+	e.setIdle(n, true)
 	e.reindex(n)
 	e.changed, e.placeable = true, true
 }
@@ -184,10 +206,14 @@ func (e *engine) leave(n *node, interrupted bool) {
 		return
 	}
 	delete(e.byMachine, n.machine)
+	if !n.ctlJoined {
+		e.unjoined--
+	}
 	if e.node(n.ordinal) == n {
 		e.nodes[n.ordinal] = nil
 	}
 	e.reindex(n) // out of the index
+	e.setIdle(n, false)
 	if k := n.ninst; k > 0 {
 		if interrupted {
 			e.res.Interrupted += k
@@ -372,6 +398,9 @@ func (e *engine) begin(g int32, n *node, k int32) {
 		e.waits = append(e.waits, waitCount{sec: e.now.Sub(Origin.Add(job.Submit)).Seconds(), count: int64(k)})
 	}
 	r := e.shapes[rg.shape]
+	if n.ninst == 0 {
+		e.setIdle(n, false)
+	}
 	n.alloc = n.alloc.Add(r.Scale(int64(k)))
 	n.ninst += int(k)
 	n.stale = true
@@ -508,6 +537,18 @@ func (e *engine) check() error {
 	}
 	e.touched = e.touched[:0]
 	if e.opts.Check {
+		idle := 0
+		for _, n := range e.nodes {
+			if n != nil && !n.busy() {
+				idle++
+				if n.idlePos < 0 || n.idlePos >= len(e.idle) || e.idle[n.idlePos] != n {
+					e.violation("idle node %d is not in the idle list", n.ordinal)
+				}
+			}
+		}
+		if idle != len(e.idle) {
+			e.violation("%d idle nodes, %d in the idle list", idle, len(e.idle))
+		}
 		q, r := 0, 0
 		for i := range e.groups {
 			switch e.groups[i].state {

@@ -77,6 +77,8 @@ type node struct {
 	stale   bool
 	// indexed: the node is in the placement index (joined, not cordoned).
 	indexed bool
+	// idlePos is the node's index in engine.idle, -1 when busy or gone.
+	idlePos int
 	// cordoned: the controller stopped dispatch (a drain).
 	cordoned bool
 	// idleSince is when the node last became empty (its join time when
