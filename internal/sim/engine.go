@@ -612,6 +612,12 @@ type observed struct {
 
 var _ provider.Provider = (*observed)(nil)
 
+// List lists without copying labels and bootstrap data: the controller
+// only reads them (the same calls and injected errors as Cloud.List).
+func (o *observed) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
+	return o.Cloud.ListShared(ctx, f)
+}
+
 // Create counts launches.
 func (o *observed) Create(ctx context.Context, req provider.CreateRequest) (provider.Ack, error) {
 	ack, err := o.Cloud.Create(ctx, req)

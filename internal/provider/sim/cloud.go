@@ -336,6 +336,18 @@ func (c *Cloud) Get(ctx context.Context, id string) (provider.Machine, error) {
 
 // List returns the machines passing f, sorted by id; see provider.Provider.
 func (c *Cloud) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
+	return c.list(ctx, f, true)
+}
+
+// ListShared is List for a caller that only reads what it gets: the
+// machines' labels and bootstrap data are the cloud's own, not copies, so
+// that a simulation listing thousands of machines per reconcile tick does
+// not copy them each time. The same API errors are injected as by List.
+func (c *Cloud) ListShared(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
+	return c.list(ctx, f, false)
+}
+
+func (c *Cloud) list(ctx context.Context, f provider.Filter, clone bool) ([]provider.Machine, error) {
 	if _, _, err := c.begin(ctx, false); err != nil {
 		return nil, fmt.Errorf("list machines: %w", err)
 	}
@@ -355,7 +367,11 @@ func (c *Cloud) List(ctx context.Context, f provider.Filter) ([]provider.Machine
 	out := make([]provider.Machine, 0, len(src))
 	for _, m := range src {
 		if f.Matches(&m.Machine) {
-			out = append(out, m.Machine.Clone())
+			if clone {
+				out = append(out, m.Machine.Clone())
+			} else {
+				out = append(out, m.Machine)
+			}
 		}
 	}
 	return out, nil
