@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/sim"
 	"github.com/tide-project/tide/internal/trace"
@@ -20,7 +22,7 @@ import (
 const htmlBuckets = 600
 
 func newSimulateCmd(s Streams) *cobra.Command {
-	var tracePath, cfgPath, pol, output, htmlPath string
+	var tracePath, cfgPath, pol, output, htmlPath, fromS, toS string
 	var seed uint64
 	var skipBad bool
 	cmd := &cobra.Command{
@@ -40,6 +42,17 @@ scheduler sections say how the trace becomes instances. Without --pool-config
 a default pool is chosen from the trace's format. examples/simulate/ holds one
 config per shipped trace.
 
+--from and --to replay a window of the trace, in trace time ("24h", "36h30m"
+or seconds): the jobs submitted in it, with those already running at --from as
+the initial load; what still runs at --to ends there. A series that skips bins is read with each missing bin as no
+demand (a rate) or no change (a level); the report says how many were missing.
+
+--policy all runs the policies side by side (as many at once as GOMAXPROCS
+allows), each on its own simulated cloud with the same seed: the report is
+the same as running them one by one. A policy that cannot serve the trace
+(the utilization policy on a pool or trace without GPUs) is not run; the
+report says why.
+
 Bad trace input is an error naming the file, line and column (exit code 2);
 --skip-bad-rows skips such rows instead and says how many. A run that breaks
 an invariant (a node over capacity, work disrupted by scale-down) prints its
@@ -51,6 +64,9 @@ figures and fails (exit code 1).`,
 			}
 			cfg, err := simConfig(cfgPath, tracePath)
 			if err != nil {
+				return badInput(err)
+			}
+			if err := simWindow(cfg, fromS, toS); err != nil {
 				return badInput(err)
 			}
 			names, err := simPolicies(pol, cfg)
@@ -69,24 +85,34 @@ figures and fails (exit code 1).`,
 				return badInput(fmt.Errorf("%s: %w", tracePath, err))
 			}
 			rep := &sim.Report{Trace: tracePath, Config: cfg, Workload: w, Bound: bound}
+			var run []string
+			for _, name := range names {
+				if why := sim.Applicable(cfg, w, name); why != "" {
+					rep.Skipped = append(rep.Skipped, sim.Skipped{Policy: name, Reason: why})
+					continue
+				}
+				run = append(run, name)
+			}
+			for _, sk := range rep.Skipped {
+				fmt.Fprintf(s.Err, "tide: %s: policy %s not applicable, not run: %s\n", tracePath, sk.Policy, sk.Reason)
+			}
 			bar := newProgress(s.Err)
+			buckets := 0
+			if htmlPath != "" {
+				buckets = htmlBuckets
+			}
+			results, errs := sim.RunAll(cmd.Context(), cfg, w, run, sim.Options{Seed: seed, Buckets: buckets}, 0,
+				func(f float64) { bar.show(f, strings.Join(run, ", ")) })
 			var runErr error
-			for i, name := range names {
-				opts := sim.Options{Policy: name, Seed: seed, Progress: func(f float64) {
-					bar.show((float64(i)+f)/float64(len(names)), name)
-				}}
-				if htmlPath != "" {
-					opts.Buckets = htmlBuckets
-				}
-				res, err := sim.Run(cmd.Context(), cfg, w, opts)
-				if res == nil {
+			for i, name := range run {
+				if results[i] == nil {
 					bar.clear()
-					return fmt.Errorf("simulate %s: %w", name, err)
+					return fmt.Errorf("simulate %s: %w", name, errs[i])
 				}
-				if err != nil && runErr == nil {
-					runErr = fmt.Errorf("simulate %s: %w", name, err)
+				if errs[i] != nil && runErr == nil {
+					runErr = fmt.Errorf("simulate %s: %w", name, errs[i])
 				}
-				rep.Results = append(rep.Results, res)
+				rep.Results = append(rep.Results, results[i])
 			}
 			bar.clear()
 			if htmlPath != "" {
@@ -113,6 +139,8 @@ figures and fails (exit code 1).`,
 	f.Uint64Var(&seed, "seed", 1, "seed of the simulated cloud's randomness (boot latencies, spot interruptions)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	f.StringVar(&htmlPath, "html", "", "also write a self-contained HTML report (charts, table, configuration) to this file")
+	f.StringVar(&fromS, "from", "", "replay the trace from this trace time on (a duration such as 24h, or seconds)")
+	f.StringVar(&toS, "to", "", "replay the trace up to this trace time (a duration such as 48h, or seconds)")
 	f.BoolVar(&skipBad, "skip-bad-rows", false, "skip malformed trace rows (and say how many) instead of failing")
 	_ = cmd.MarkFlagRequired("trace")
 	return cmd
@@ -133,6 +161,42 @@ func simConfig(cfgPath, tracePath string) (*sim.Config, error) {
 		return nil, err
 	}
 	return sim.DefaultConfig(f), nil
+}
+
+// simWindow applies --from and --to to the workload section.
+func simWindow(cfg *sim.Config, fromS, toS string) error {
+	for _, f := range []struct {
+		flag, v string
+		dst     *config.Duration
+	}{{"--from", fromS, &cfg.Workload.From}, {"--to", toS, &cfg.Workload.To}} {
+		if f.v == "" {
+			continue
+		}
+		d, err := parseTraceTime(f.v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.flag, err)
+		}
+		*f.dst = config.Duration(d)
+	}
+	if from, to := cfg.Workload.From, cfg.Workload.To; to != 0 && to <= from {
+		return fmt.Errorf("--to: must be after --from (%s), got %s", time.Duration(from), time.Duration(to))
+	}
+	return nil
+}
+
+// parseTraceTime reads a trace time: a Go duration ("36h") or seconds.
+func parseTraceTime(v string) (time.Duration, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		if d < 0 {
+			return 0, fmt.Errorf("want a time from the trace's start, got %s", v)
+		}
+		return d, nil
+	}
+	sec, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(sec >= 0) || sec > 1e12 {
+		return 0, fmt.Errorf("want a trace time such as 24h, 90m or 3600 (seconds), got %q", v)
+	}
+	return time.Duration(sec * float64(time.Second)), nil
 }
 
 // simPolicies resolves --policy: one name, all, or the pool's own.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -44,9 +45,13 @@ func TestSimulateJSON(t *testing.T) {
 	}
 	var rep struct {
 		Trace      string `json:"trace"`
+		Jobs       int    `json:"jobs"`
+		Instances  int    `json:"instances"`
 		LowerBound struct {
-			NodeHours float64 `json:"node_hours"`
-			Cost      float64 `json:"cost"`
+			NodeHours     float64 `json:"node_hours"`
+			Cost          float64 `json:"cost"`
+			WorkNodeHours float64 `json:"work_node_hours"`
+			PeakNodes     int     `json:"peak_nodes"`
 		} `json:"lower_bound"`
 		Policies []struct {
 			Policy    string  `json:"policy"`
@@ -58,6 +63,13 @@ func TestSimulateJSON(t *testing.T) {
 			Util      float64 `json:"utilization"`
 			Scale     int     `json:"scale_events"`
 			Disrupted int     `json:"disrupted"`
+			Ratio     float64 `json:"bound_ratio"`
+			Mean      float64 `json:"wait_mean_s"`
+			Machines  int     `json:"machines"`
+			Interrupt int     `json:"interrupted"`
+			Instances int     `json:"instances"`
+			Unfinish  int     `json:"unfinished"`
+			End       float64 `json:"end_s"`
 		} `json:"policies"`
 	}
 	dec := json.NewDecoder(strings.NewReader(out))
@@ -77,6 +89,22 @@ func TestSimulateJSON(t *testing.T) {
 	}
 	if got := strings.Join(names, ","); got != "tide,skyward,target-tracking,utilization" {
 		t.Errorf("policies = %s", got)
+	}
+	// Every figure of the table is in the JSON: machines, disrupted,
+	// interrupted and unfinished end each row.
+	_, table, _ := run(t, "", "simulate", "--trace", tr, "--pool-config", cfg, "--policy", "all", "--seed", "3")
+	for _, p := range rep.Policies {
+		want := fmt.Sprintf("%d %d %d %d", p.Machines, p.Disrupted, p.Interrupt, p.Unfinish)
+		found := false
+		for _, line := range strings.Split(table, "\n") {
+			f := strings.Fields(line)
+			if len(f) > 4 && f[0] == p.Policy {
+				found = strings.Join(f[len(f)-4:], " ") == want
+			}
+		}
+		if !found || p.Machines == 0 || p.Instances != rep.Instances || rep.Jobs != 60 {
+			t.Errorf("%s: JSON says machines, disrupted, interrupted, unfinished = %s; table:\n%s", p.Policy, want, table)
+		}
 	}
 	// The same seed prints the same report.
 	if _, again, _ := run(t, "", "simulate", "--trace", tr, "--pool-config", cfg, "--policy", "all", "--seed", "3", "-o", "json"); again != out {
@@ -157,5 +185,139 @@ func TestSimulateBadInput(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want exit %d mentioning %q", code, errs, tt.code, tt.want)
 			}
 		})
+	}
+}
+
+// cpuPool is a pool of CPU-only nodes: the utilization policy (GPUs only)
+// cannot serve it.
+const cpuPool = `pools:
+  - name: cpu
+    provider: {type: sim, options: {boot: 60s}}
+    nodes: [0, 20]
+    offerings: [{type: c8, cpu: 8, memory: 32Gi, price: 0.4}]
+    scaling: {policy: tide, slots_per_node: 8}
+`
+
+// TestSimulateNotApplicable: on a CPU pool the utilization policy is shown
+// as not applicable with its reason, not as a row of zeros, and --policy
+// all runs the others and says it skipped it.
+func TestSimulateNotApplicable(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "pool.yaml", cpuPool)
+	var b strings.Builder
+	b.WriteString("job_id,submit_s,duration_s,cpus,mem_gb\n")
+	for i := range 30 {
+		fmt.Fprintf(&b, "j%d,%d,%d,%d,4\n", i, 60*i, 300+60*(i%5), 1+i%4)
+	}
+	tr := writeFile(t, dir, "cpu_jobs.csv", b.String())
+	code, out, errs := run(t, "", "simulate", "--trace", tr, "--pool-config", cfg, "--policy", "all")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(errs, "policy utilization not applicable") || !strings.Contains(errs, "GPUs alone") {
+		t.Errorf("stderr does not say utilization was skipped: %q", errs)
+	}
+	var rows []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && slices.Contains([]string{"tide", "skyward", "target-tracking", "utilization"}, f[0]) {
+			rows = append(rows, strings.Join(f[:2], " "))
+		}
+	}
+	if len(rows) != 4 || rows[3] != "utilization n/a" || strings.Contains(strings.Join(rows[:3], " "), "n/a") {
+		t.Errorf("rows = %q\n%s", rows, out)
+	}
+	if !strings.Contains(out, "utilization: not applicable: it scales on GPUs alone") {
+		t.Errorf("the notes do not give the reason:\n%s", out)
+	}
+	_, js, _ := run(t, "", "simulate", "--trace", tr, "--pool-config", cfg, "--policy", "all", "-o", "json")
+	var rep struct {
+		Policies []struct {
+			Policy string `json:"policy"`
+		} `json:"policies"`
+		NA []struct {
+			Policy, Reason string
+		} `json:"not_applicable"`
+	}
+	if err := json.Unmarshal([]byte(js), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Policies) != 3 || len(rep.NA) != 1 || rep.NA[0].Policy != "utilization" || rep.NA[0].Reason == "" {
+		t.Errorf("json: %+v", rep)
+	}
+}
+
+// TestSimulateMissingBinsAndWindow: a series with missing bins is read (a
+// missing bin of a rate is no demand), the report counts them, and
+// --from/--to replay a window in trace time.
+func TestSimulateMissingBinsAndWindow(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "pool.yaml", `pools:
+  - name: gpu
+    provider: {type: sim, options: {boot: 60s}}
+    nodes: [0, 20]
+    offerings: [{type: g8, cpu: 64, memory: 512Gi, gpus: 8, price: 10}]
+workload:
+  replicas: {per_replica: 1, shape: {gpus: 1}}
+`)
+	var b strings.Builder
+	b.WriteString("t_s,requests\n")
+	missing := 0
+	for i := range 48 {
+		if i%5 == 3 {
+			missing++
+			continue // a missing 60 s bin
+		}
+		fmt.Fprintf(&b, "%d,%d\n", 60*i, 60*(1+i%7))
+	}
+	tr := writeFile(t, dir, "rate.csv", b.String())
+	code, out, errs := run(t, "", "simulate", "--trace", tr, "--pool-config", cfg, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rep struct {
+		Jobs        int `json:"jobs"`
+		Instances   int `json:"instances"`
+		MissingBins int `json:"missing_bins"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.MissingBins != missing || rep.Instances == 0 {
+		t.Errorf("missing bins %d, want %d; %+v", rep.MissingBins, missing, rep)
+	}
+	_, table, _ := run(t, "", "simulate", "--trace", tr, "--pool-config", cfg)
+	if !strings.Contains(table, fmt.Sprintf("%d bins missing from the series", missing)) {
+		t.Errorf("table notes do not count the missing bins:\n%s", table)
+	}
+
+	code, out, errs = run(t, "", "simulate", "--trace", tr, "--pool-config", cfg, "--from", "20m", "--to", "1800", "-o", "json")
+	if code != 0 {
+		t.Fatalf("window: exit %d: %s", code, errs)
+	}
+	var win struct {
+		Jobs      int `json:"jobs"`
+		Instances int `json:"instances"`
+		Policies  []struct {
+			End float64 `json:"end_s"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal([]byte(out), &win); err != nil {
+		t.Fatal(err)
+	}
+	if win.Instances == 0 || win.Instances >= rep.Instances || win.Policies[0].End > 600+3600+3600 {
+		t.Errorf("window 20m..30m replayed %+v of %+v", win, rep)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--from", "2h", "--to", "1h"}, "--to: must be after --from"},
+		{[]string{"--from", "soon"}, "--from: want a trace time"},
+		{[]string{"--from", "-5m"}, "--from: want a time from the trace's start"},
+	} {
+		code, _, errs := run(t, "", append([]string{"simulate", "--trace", tr, "--pool-config", cfg}, tt.args...)...)
+		if code != 2 || !strings.Contains(errs, tt.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tt.args, code, errs, tt.want)
+		}
 	}
 }

@@ -387,7 +387,7 @@ func (c *Controller) drive(ctx context.Context) {
 				c.busyHint = map[reconcile.NodeID]bool{}
 			}
 			c.busyHint[e.ID] = e.Busy
-			if !slices.Contains(c.pool.Current(), e.ID) {
+			if !c.pool.IsCurrent(e.ID) {
 				continue // not joined yet: replayed after NodeJoined
 			}
 		case reconcile.NodeJoined:
@@ -590,7 +590,7 @@ func (c *Controller) publish() {
 	if c.pool != nil {
 		s.State = c.pool.State().String()
 		s.Desired = c.pool.Desired()
-		s.Current = len(c.pool.Current())
+		s.Current = c.pool.CurrentCount()
 		s.Pending = c.pool.Effective() - s.Current
 		s.Draining = len(c.pool.Draining())
 	}

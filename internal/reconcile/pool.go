@@ -633,6 +633,13 @@ func (p *Pool) Effective() int {
 // Current returns the joined nodes in ascending order.
 func (p *Pool) Current() []NodeID { return p.current.sorted() }
 
+// IsCurrent reports whether node id is joined (in Current), without
+// sorting them.
+func (p *Pool) IsCurrent(id NodeID) bool { return p.current.has(id) }
+
+// CurrentCount returns len(Current()) without building it.
+func (p *Pool) CurrentCount() int { return len(p.current) }
+
 // Pending returns the provisioned nodes that have not joined, ascending.
 func (p *Pool) Pending() []NodeID { return p.pending.sorted() }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/reconcile"
-	"github.com/tide-project/tide/internal/scheduler"
 	"github.com/tide-project/tide/internal/trace"
 )
 
@@ -51,18 +50,10 @@ func burstEngine(b testing.TB, pol string) *engine {
 	}
 	e.arrive()
 	e.arrive()
-	for i := range nodes * perNode {
-		n := e.nodes[i/perNode]
-		var gpus []int
-		if k := i % perNode; k < 8 {
-			gpus = []int{k}
-		}
-		// Instances 0..39,999 are the GPU job's, then the CPU job's.
-		in := int32(i/perNode*8 + i%perNode)
-		if i%perNode >= 8 {
-			in = int32(nodes*8 + i/perNode*16 + i%perNode - 8)
-		}
-		e.begin(in, scheduler.Assignment{Worker: n.machine, GPUIndices: gpus})
+	// Groups 0 and 1 are the GPU job's and the CPU job's instances.
+	for _, n := range e.nodes {
+		e.begin(0, n, 8)
+		e.begin(1, n, 16)
 	}
 	e.arrive()
 	e.arrive()

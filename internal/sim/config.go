@@ -154,6 +154,12 @@ type WorkloadOptions struct {
 	Horizon config.Duration `json:"horizon,omitempty"`
 	// Replicas turns a rate or level series into instances.
 	Replicas *ReplicaOptions `json:"replicas,omitempty"`
+	// From and To replay a window of the trace (trace time, `tide simulate
+	// --from/--to`): the jobs submitted in [From, To), plus those running
+	// at From as the initial load, cut at To; times count from From. Zero
+	// To means the trace's end.
+	From config.Duration `json:"from,omitempty"`
+	To   config.Duration `json:"to,omitempty"`
 }
 
 // ReplicaOptions turn a rate or level series into replicas (see
@@ -280,6 +286,12 @@ func (c *Config) Validate() error {
 	if w.NormalizedMachine.Negative() {
 		errs = append(errs, errors.New("workload.normalized_machine: must not be negative"))
 	}
+	if w.From < 0 {
+		errs = append(errs, fmt.Errorf("workload.from: must not be negative, got %s", time.Duration(w.From)))
+	}
+	if w.To != 0 && w.To <= w.From {
+		errs = append(errs, fmt.Errorf("workload.to: must be after from (%s), got %s", time.Duration(w.From), time.Duration(w.To)))
+	}
 	if r := w.Replicas; r != nil {
 		if !(r.PerReplica > 0) {
 			errs = append(errs, fmt.Errorf("workload.replicas.per_replica: must be positive, got %v", r.PerReplica))
@@ -366,6 +378,9 @@ func (c *Config) Describe() []string {
 	}
 	if w.Horizon > 0 {
 		wl = append(wl, "horizon "+time.Duration(w.Horizon).String())
+	}
+	if w.From > 0 || w.To > 0 {
+		wl = append(wl, "window "+windowString(time.Duration(w.From), time.Duration(w.To)))
 	}
 	if r := w.Replicas; r != nil {
 		s := fmt.Sprintf("replicas of %s carrying %.4g each, min %d", r.Shape, r.PerReplica, r.Min)

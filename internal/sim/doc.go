@@ -39,15 +39,35 @@
 //
 // # Faithful, and fast
 //
-// Placement is scheduler.Place itself. Two things keep it cheap without
-// changing its answer: the instances on a node are handed to it as one
-// exclusive instance holding the same CPU, memory and GPU indices, and of
-// each pending shape only one more instance than the free capacity could
-// hold is handed over (Place places a shape's instances in FIFO order and,
-// once one does not fit, none after it). The pressure report the policy
-// reads is kept as the engine goes, in the shape Place reports it: the
-// nodes by ordinal with their running instances, the pending instances
-// grouped by shape in order of arrival.
+// The work is kept in counted groups, not instances: the replicas of one
+// job share shape, submit time and duration, so they are queued, placed,
+// started, ended and billed as one group for as long as their fate is the
+// same. A group splits only when its members' fates part: the part placed
+// on one node runs as a group of its own, the rest waits; a node that
+// leaves requeues its groups whole. Memory and time follow the live groups
+// and nodes, not the instances of the trace (11.9 million in
+// alibaba2017_batch_tasks.csv).
+//
+// Placement is the head's scheduler through scheduler.Index, which keeps
+// the schedulable nodes in the order scheduler.Place ranks them (free
+// GPUs, CPU, memory, ordinal) and places a group on the best node as many
+// at a time as fit: the decisions of Place for the same instances handed
+// one by one (scheduler's TestIndexPlacesLikePlace), without looking at
+// every node per instance. Only shapes that fit the largest free space of
+// some node are handed over, as before groups.
+//
+// The pressure report the policy reads is kept as the engine goes, in the
+// shape Place reports it: the nodes by ordinal with what runs on them, the
+// pending instances grouped by shape in order of arrival. What runs on a
+// node is one entry per group for policies that read sums of requests, one
+// per instance for skyward, which counts them. TestGoldenFigures holds
+// every figure of every policy on a sample of every shipped trace to those
+// of the engine that kept one record per instance; TestGroupsMatchInstances
+// compares groups with one instance per group where spot reclaims requeue
+// them.
+//
+// --policy all runs the policies side by side (RunAll), each on its own
+// cloud with the same seed: the same report as one by one.
 //
 // # Figures
 //

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -56,6 +55,10 @@ type Options struct {
 	Check bool
 	// Buckets is the number of points of Result.Series (0: none).
 	Buckets int
+
+	// perInstance keeps every instance in a group of its own: the engine
+	// as it was before groups, which tests compare with.
+	perInstance bool
 }
 
 // Run replays the workload on the pool under one policy: the same policy,
@@ -97,44 +100,56 @@ type engine struct {
 	doneAt   time.Time // when every instance had completed
 	now      time.Time
 	nextJob  int
-	inst     []instance
 	shapes   []capacity.Resources
 	shapeOf  []int32 // job → shape
 	queues   []shapeQueue
-	queued   int
-	running  int
-	finished int
+	queued   int // instances pending
+	running  int // instances running
+	finished int // instances completed
 	seq      int64
+
+	// Groups: the instances of one job that share a fate (queued together,
+	// running on one node since one instant). Slots of finished groups are
+	// reused (free), so their number follows the live groups.
+	groups []group
+	free   []int32
+	runSeq uint64 // numbers the runs of groups, for stale completions
+	index  *scheduler.Index
+	src    groupSource
+	assign []scheduler.GroupAssignment
 
 	nodes     []*node // joined nodes by ordinal
 	byMachine map[string]*node
-	billed    int // machines the cloud bills now
+	billed    int     // machines the cloud bills now
+	unjoined  int     // nodes not yet reported joined by the controller
+	busyDirty []*node // nodes whose busy state or join changed since reportBusy
+	idle      []*node // the joined nodes running nothing (node.idlePos)
 
 	// Controller and policy.
-	desired   int
-	state     policy.State
-	settled   bool
-	ctlDirty  bool     // the cloud changed since the last tick
-	resync    bool     // the last look at the cloud failed
-	tracked   []string // machines in flight, in the order first seen
-	tracking  map[string]seenState
-	tickAt    time.Time // armed tick; zero when none
-	tickGen   uint64
-	wakeAt    time.Time // armed policy wake-up; zero when none
-	wakeGen   uint64
-	marks     bool // the reconciler scales down through deletion marks
-	changed   bool // the pressure changed since the last evaluation
-	placeable bool // placement may succeed since the last Place
-	touched   []*node
+	desired  int
+	state    policy.State
+	settled  bool
+	ctlDirty bool     // the cloud changed since the last tick
+	resync   bool     // the last look at the cloud failed
+	tracked  []string // machines in flight, in the order first seen
+	tracking map[string]seenState
+	tickAt   time.Time // armed tick; zero when none
+	tickGen  uint64
+	wakeAt   time.Time // armed policy wake-up; zero when none
+	wakeGen  uint64
+	marks    bool // the reconciler scales down through deletion marks
+	// countsInstances: the policy counts running instances (Pressure.
+	// Inflight), so the pressure report lists each one.
+	countsInstances bool
+	changed         bool // the pressure changed since the last evaluation
+	placeable       bool // placement may succeed since the last Place
+	touched         []*node
 
-	// Scratch for Place and the pressure report.
-	workers []scheduler.Worker
-	placed  []scheduler.Instance
-	pending []scheduler.Instance
-	report  capacity.Pressure
+	// Scratch for the pressure report.
+	report capacity.Pressure
 
 	res        Result
-	waits      []float64
+	waits      []waitCount
 	usedSec    [3]float64 // resource-seconds used: millicore-s, byte-s, GPU-s
 	violations []string
 	lastProg   float64
@@ -164,6 +179,7 @@ func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {
 	for _, o := range cfg.Pool.Offerings {
 		e.offs[o.Name()] = o
 	}
+	e.countsInstances = pcfg.Policy == policy.Skyward || opts.perInstance
 	rc := reconcile.Config{Nodes: pcfg.Nodes, ProtectFirstNode: pcfg.ProtectFirstNode}
 	if pcfg.Policy == policy.Utilization {
 		rc.ScaleDownDelay = pcfg.ScaleDownDelay // seed 001 scales down through deletion marks
@@ -194,8 +210,8 @@ func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {
 		e.shapeOf[i] = s
 	}
 	e.queues = make([]shapeQueue, len(e.shapes))
-	e.inst = make([]instance, 0, w.Instances)
-	e.waits = make([]float64, 0, w.Instances)
+	e.index = scheduler.NewIndex()
+	e.src.e = e
 	e.res = Result{Policy: pcfg.Policy, Seed: opts.Seed, Instances: w.Instances}
 	if opts.Buckets > 0 {
 		span := max(w.Horizon, time.Second)
@@ -291,7 +307,7 @@ func (e *engine) step(ctx context.Context, t time.Time) error {
 		case evArrival:
 			e.arrive()
 		case evCompletion:
-			e.complete(ev.inst, ev.run)
+			e.complete(ev.grp, ev.gen)
 		case evTick:
 			if ev.gen == e.tickGen {
 				tick, e.tickAt = true, time.Time{}
@@ -355,21 +371,6 @@ func (e *engine) step(ctx context.Context, t time.Time) error {
 // rel formats the virtual time as an offset from the trace origin.
 func (e *engine) rel() string { return e.now.Sub(Origin).String() }
 
-// arrive queues the replicas of the next job and schedules the one after.
-func (e *engine) arrive() {
-	j := e.nextJob
-	e.nextJob++
-	job := &e.w.Jobs[j]
-	for range job.Replicas {
-		i := int32(len(e.inst))
-		e.inst = append(e.inst, instance{id: strconv.Itoa(int(i)), job: int32(j), shape: e.shapeOf[j]})
-		e.enqueue(i)
-	}
-	if e.nextJob < len(e.w.Jobs) {
-		e.q.push(event{at: e.arrival(e.nextJob), kind: evArrival})
-	}
-}
-
 // arrival returns when job j arrives: its submit time, or the warm-up's
 // start for the initial load.
 func (e *engine) arrival(j int) time.Time {
@@ -377,64 +378,6 @@ func (e *engine) arrival(j int) time.Time {
 		return e.start
 	}
 	return Origin.Add(e.w.Jobs[j].Submit)
-}
-
-func (e *engine) enqueue(i int32) {
-	in := &e.inst[i]
-	e.seq++
-	in.seq, in.queued, in.state = e.seq, e.now, instQueued
-	e.queues[in.shape].push(i)
-	e.queued++
-	e.changed, e.placeable = true, true
-}
-
-// complete ends a run of instance i.
-func (e *engine) complete(i, run int32) {
-	in := &e.inst[i]
-	if in.state != instRunning || in.run != run {
-		return // the run was cut short (interruption) and restarted
-	}
-	e.stop(in)
-	in.state = instDone
-	e.finished++
-}
-
-// stop takes a running instance off its node and accounts the time it ran.
-func (e *engine) stop(in *instance) {
-	n := in.node
-	ran := e.ran(in)
-	r := e.shapes[in.shape]
-	e.usedSec[0] += ran * float64(r.MilliCPU)
-	e.usedSec[1] += ran * float64(r.Memory)
-	e.usedSec[2] += ran * float64(r.GPUs)
-	last := len(n.running) - 1
-	if in.pos != last {
-		n.running[in.pos] = n.running[last]
-		n.runIDs[in.pos] = n.runIDs[last]
-		e.inst[n.runIDs[in.pos]].pos = in.pos
-	}
-	n.running = n.running[:last]
-	n.runIDs = n.runIDs[:last]
-	n.alloc = n.alloc.Sub(capacity.Resources{MilliCPU: r.MilliCPU, Memory: r.Memory, GPUs: int64(len(in.gpus))})
-	for _, g := range in.gpus {
-		n.gpuUsed[g] = false
-	}
-	if len(n.running) == 0 {
-		n.idleSince = e.now
-	}
-	in.node, in.gpus = nil, nil
-	e.running--
-	e.changed, e.placeable = true, true
-	e.touched = append(e.touched, n)
-}
-
-// ran returns how long a running instance has run since the origin.
-func (e *engine) ran(in *instance) float64 {
-	from := in.started
-	if from.Before(Origin) {
-		from = Origin
-	}
-	return max(e.now.Sub(from).Seconds(), 0)
 }
 
 // syncMachines looks at the machines in flight after the cloud changed: a
@@ -508,59 +451,11 @@ type seenState struct {
 	reclaim time.Time
 }
 
-// join adds a machine's node to the scheduler.
-func (e *engine) join(m *provider.Machine) {
-	ord, ok := ordinalOf(m.ID, e.pool)
-	if !ok {
-		e.violation("machine %s joined with an id that names no ordinal", m.ID)
-		return
-	}
-	res := e.offs[m.Offering].Resources
-	n := &node{machine: m.ID, ordinal: ord, offering: m.Offering, capacity: res.Clone(),
-		gpuUsed: make([]bool, max(res.GPUs, 0)), idleSince: e.now}
-	if old := e.node(ord); old != nil {
-		e.leave(old, true)
-	}
-	for len(e.nodes) <= ord {
-		e.nodes = append(e.nodes, nil)
-	}
-	e.nodes[ord] = n
-	e.byMachine[m.ID] = n
-	e.changed, e.placeable = true, true
-}
-
 func (e *engine) node(ord int) *node {
 	if ord < 0 || ord >= len(e.nodes) {
 		return nil
 	}
 	return e.nodes[ord]
-}
-
-// leave removes a node from the scheduler. Its instances are stopped and
-// queued again: counted as interrupted when the machine was reclaimed
-// (interrupted true), as disrupted — an invariant violation — otherwise.
-func (e *engine) leave(n *node, interrupted bool) {
-	if e.byMachine[n.machine] != n {
-		return
-	}
-	if k := len(n.running); k > 0 {
-		if interrupted {
-			e.res.Interrupted += k
-		} else {
-			e.res.Disrupted += k
-			e.violation("node %d (machine %s) left the cluster by scale-down while running %d instances", n.ordinal, n.machine, k)
-		}
-		for len(n.running) > 0 {
-			i := n.runIDs[len(n.runIDs)-1]
-			e.stop(&e.inst[i])
-			e.enqueue(i)
-		}
-	}
-	delete(e.byMachine, n.machine)
-	if e.node(n.ordinal) == n {
-		e.nodes[n.ordinal] = nil
-	}
-	e.changed = true
 }
 
 // ordinalOf parses the ordinal out of a controller machine id
@@ -578,189 +473,29 @@ func ordinalOf(id, pool string) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
-// place runs the scheduler over the pending instances and starts what it
-// assigns.
-func (e *engine) place() {
-	// Only instances that can possibly be placed are handed to Place:
-	// per shape, at most one more than the free capacity could hold. The
-	// scheduler places a shape's instances in FIFO order and, once one of a
-	// shape does not fit, none after it, so the rest would change nothing.
-	var maxFree, totalFree capacity.Resources
-	workers, placed := e.workers[:0], e.placed[:0]
-	for _, n := range e.nodes {
-		if n == nil {
-			continue
-		}
-		workers = append(workers, scheduler.Worker{Name: n.machine, Pool: e.pool, Ordinal: n.ordinal,
-			Capacity: n.capacity, Schedulable: n.schedulable()})
-		if !n.alloc.IsZero() {
-			// The node's instances as one exclusive instance: the same
-			// free CPU, memory and GPU indices, at a cost that does not
-			// grow with the number of instances.
-			placed = append(placed, scheduler.Instance{ID: n.machine, Pool: e.pool, Requests: n.alloc,
-				Exclusive: true, GPUIndices: n.usedGPUs(), Worker: n.machine})
-		}
-		if n.schedulable() {
-			free := n.capacity.Sub(n.alloc)
-			maxFree = capacity.Resources{MilliCPU: max(maxFree.MilliCPU, free.MilliCPU), Memory: max(maxFree.Memory, free.Memory),
-				GPUs: max(maxFree.GPUs, free.GPUs)}
-			totalFree = totalFree.Add(free)
-		}
-	}
-	e.workers, e.placed = workers, placed
-	limits := make([]int, len(e.shapes))
-	any := false
-	for s := range e.shapes {
-		if e.queues[s].n == 0 || !e.shapes[s].Fits(maxFree) {
-			continue
-		}
-		limits[s] = fitCount(e.shapes[s], totalFree) + 1
-		any = true
-	}
-	if !any {
-		return
-	}
-	pending := e.pendingList(limits)
-	res := scheduler.Place(workers, placed, pending, scheduler.Config{ReserveAfter: e.cfg.Scheduler.reserveAfter()}, e.now)
-	for _, a := range res.Assignments {
-		i, err := strconv.Atoi(a.InstanceID)
-		if err != nil || i < 0 || i >= len(e.inst) {
-			e.violation("scheduler assigned unknown instance %q", a.InstanceID)
-			continue
-		}
-		e.begin(int32(i), a)
-	}
-}
-
-// fitCount bounds how many instances of r fit into the total free space.
-func fitCount(r, free capacity.Resources) int {
-	n := math.MaxInt32
-	for _, d := range [][2]int64{{r.MilliCPU, free.MilliCPU}, {r.Memory, free.Memory}, {r.GPUs, free.GPUs}} {
-		if d[0] > 0 {
-			n = min(n, int(d[1]/d[0]))
-		}
-	}
-	return n
-}
-
-// pendingList merges the shape queues in FIFO order, at most limits[s]
-// instances of shape s.
-func (e *engine) pendingList(limits []int) []scheduler.Instance {
-	type cursor struct {
-		s, pos, left int
-	}
-	var cur []cursor
-	for s, l := range limits {
-		if l > 0 {
-			q := &e.queues[s]
-			cur = append(cur, cursor{s: s, pos: q.head, left: l})
-		}
-	}
-	out := e.pending[:0]
-	advance := func(c *cursor) (int32, bool) {
-		q := &e.queues[c.s]
-		for c.pos < len(q.items) {
-			i := q.items[c.pos]
-			if e.inst[i].state == instQueued {
-				return i, true
-			}
-			c.pos++
-		}
-		return 0, false
-	}
-	for {
-		best, bestSeq := -1, int64(math.MaxInt64)
-		for k := range cur {
-			c := &cur[k]
-			if c.left == 0 {
-				continue
-			}
-			i, ok := advance(c)
-			if !ok {
-				c.left = 0
-				continue
-			}
-			if s := e.inst[i].seq; s < bestSeq {
-				best, bestSeq = k, s
-			}
-		}
-		if best < 0 {
-			break
-		}
-		c := &cur[best]
-		i := e.queues[c.s].items[c.pos]
-		c.pos++
-		c.left--
-		in := &e.inst[i]
-		out = append(out, scheduler.Instance{ID: in.id, Pool: e.pool, Requests: e.shapes[in.shape],
-			Exclusive: true, QueuedAt: in.queued})
-	}
-	e.pending = out
-	return out
-}
-
-// begin runs instance i as the scheduler assigned it.
-func (e *engine) begin(i int32, a scheduler.Assignment) {
-	in := &e.inst[i]
-	n := e.byMachine[a.Worker]
-	switch {
-	case in.state != instQueued:
-		e.violation("instance %s assigned while not pending", in.id)
-		return
-	case n == nil:
-		e.violation("instance %s assigned to unknown worker %s", in.id, a.Worker)
-		return
-	case !n.schedulable():
-		e.violation("instance %s assigned to cordoned node %d", in.id, n.ordinal)
-	}
-	r := e.shapes[in.shape]
-	for _, g := range a.GPUIndices {
-		if g < 0 || g >= len(n.gpuUsed) || n.gpuUsed[g] {
-			e.violation("instance %s assigned GPU %d of node %d, which is taken or does not exist", in.id, g, n.ordinal)
-			continue
-		}
-		n.gpuUsed[g] = true
-	}
-	in.gpus = slices.Clone(a.GPUIndices)
-	n.alloc = n.alloc.Add(capacity.Resources{MilliCPU: r.MilliCPU, Memory: r.Memory, GPUs: int64(len(in.gpus))})
-	in.pos = len(n.running)
-	n.running = append(n.running, capacity.Instance{Requests: r})
-	n.runIDs = append(n.runIDs, i)
-	in.node, in.state = n, instRunning
-	in.run++
-	in.started = e.now
-	q := &e.queues[in.shape]
-	q.n--
-	for q.head < len(q.items) && e.inst[q.items[q.head]].state != instQueued {
-		q.head++
-	}
-	e.queued--
-	e.running++
-	job := &e.w.Jobs[in.job]
-	end := e.now.Add(job.Duration)
-	if job.Preexisting && e.now.Before(Origin) {
-		end = Origin.Add(job.Duration) // the initial load runs to its trace end
-	}
-	if in.run == 1 && !job.Preexisting {
-		e.waits = append(e.waits, e.now.Sub(Origin.Add(job.Submit)).Seconds())
-	}
-	e.q.push(event{at: end, kind: evCompletion, inst: i, run: in.run})
-	e.changed = true
-	e.touched = append(e.touched, n)
-}
-
 // reportBusy tells the controller about nodes whose busy state changed;
 // it reports whether there is something to sync.
 func (e *engine) reportBusy() bool {
+	if len(e.busyDirty) == 0 {
+		return false
+	}
+	// Only nodes whose busy state or join changed can need a report; they
+	// are reported in ordinal order, as a pass over every node would.
+	slices.SortFunc(e.busyDirty, func(a, b *node) int { return cmp.Compare(a.ordinal, b.ordinal) })
 	any := false
-	for _, n := range e.nodes {
-		if n == nil || !n.ctlJoined || n.told == n.busy() {
+	for i, n := range e.busyDirty {
+		if i > 0 && e.busyDirty[i-1] == n {
+			continue
+		}
+		if e.node(n.ordinal) != n || !n.ctlJoined || n.told == n.busy() {
 			continue
 		}
 		n.told = n.busy()
 		e.ctl.ReportBusy(reconcile.NodeID(n.ordinal), n.told)
 		any = true
 	}
+	clear(e.busyDirty)
+	e.busyDirty = e.busyDirty[:0]
 	return any
 }
 
@@ -780,46 +515,6 @@ func (e *engine) evaluate() bool {
 	return true
 }
 
-// pressure builds the scheduler's report for the pool: the joined nodes by
-// ordinal with what runs on them, and the pending instances grouped by
-// shape in the order their oldest instance arrived, as scheduler.Place
-// reports it.
-func (e *engine) pressure() capacity.Pressure {
-	p := &e.report
-	p.Nodes = p.Nodes[:0]
-	for _, n := range e.nodes {
-		if n == nil {
-			continue
-		}
-		cn := capacity.Node{ID: n.machine, Ordinal: n.ordinal, Resources: n.capacity, Running: n.running}
-		if !n.busy() {
-			cn.IdleSince = n.idleSince
-		}
-		p.Nodes = append(p.Nodes, cn)
-	}
-	p.Pending = p.Pending[:0]
-	type head struct {
-		s   int
-		seq int64
-	}
-	var heads []head
-	for s := range e.queues {
-		q := &e.queues[s]
-		if q.n == 0 {
-			continue
-		}
-		for q.head < len(q.items) && e.inst[q.items[q.head]].state != instQueued {
-			q.head++
-		}
-		heads = append(heads, head{s: s, seq: e.inst[q.items[q.head]].seq})
-	}
-	slices.SortFunc(heads, func(a, b head) int { return cmp.Compare(a.seq, b.seq) })
-	for _, h := range heads {
-		p.Pending = append(p.Pending, capacity.Pending{Requests: e.shapes[h.s], Count: e.queues[h.s].n})
-	}
-	return *p
-}
-
 // afterController reads the controller's status: which nodes its
 // reconciler knows as joined, and whether the pool is settled.
 func (e *engine) afterController() {
@@ -831,6 +526,9 @@ func (e *engine) afterController() {
 	// only deletion marks (ScaleDownDelay) need ticks to come due.
 	idle := st.Pending == 0 && st.Draining == 0 && len(st.Deleting) == 0
 	e.settled = idle && (st.Desired == st.Current || st.Desired < st.Current && !e.marks)
+	if e.unjoined == 0 {
+		return // every node the scheduler has is joined to the reconciler
+	}
 	for _, ns := range st.Nodes {
 		if !ns.Joined {
 			continue
@@ -838,6 +536,8 @@ func (e *engine) afterController() {
 		if n := e.byMachine[ns.MachineID]; n != nil && !n.ctlJoined {
 			n.ctlJoined = true
 			n.told = false // the reconciler takes a new node as idle
+			e.unjoined--
+			e.busyDirty = append(e.busyDirty, n)
 		}
 	}
 }
@@ -885,10 +585,8 @@ func (e *engine) armWake() {
 	if !st.LastDatapoint.IsZero() {
 		add(st.LastDatapoint.Add(c.MetricPeriod))
 	}
-	for _, n := range e.nodes {
-		if n != nil && !n.busy() {
-			add(n.idleSince.Add(c.IdleTimeout))
-		}
+	for _, n := range e.idle {
+		add(n.idleSince.Add(c.IdleTimeout))
 	}
 	if best.IsZero() || best.Equal(e.wakeAt) {
 		return
@@ -896,24 +594,6 @@ func (e *engine) armWake() {
 	e.wakeGen++
 	e.wakeAt = best
 	e.q.push(event{at: best, kind: evWake, gen: e.wakeGen})
-}
-
-// Cordon stops placement on a node (controller.Workload).
-func (e *engine) Cordon(_ context.Context, n controller.Node) error {
-	if nd := e.byMachine[n.MachineID]; nd != nil && !nd.cordoned {
-		nd.cordoned = true
-		e.changed = true
-	}
-	return nil
-}
-
-// Uncordon resumes placement on a node (controller.Workload).
-func (e *engine) Uncordon(_ context.Context, n controller.Node) error {
-	if nd := e.byMachine[n.MachineID]; nd != nil && nd.cordoned {
-		nd.cordoned = false
-		e.changed, e.placeable = true, true
-	}
-	return nil
 }
 
 // Busy reports whether a node runs work (controller.Workload).
@@ -932,6 +612,12 @@ type observed struct {
 }
 
 var _ provider.Provider = (*observed)(nil)
+
+// List lists without copying labels and bootstrap data: the controller
+// only reads them (the same calls and injected errors as Cloud.List).
+func (o *observed) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
+	return o.Cloud.ListShared(ctx, f)
+}
 
 // Create counts launches.
 func (o *observed) Create(ctx context.Context, req provider.CreateRequest) (provider.Ack, error) {
@@ -983,92 +669,6 @@ func (e *engine) violation(format string, args ...any) {
 	}
 }
 
-// check verifies the invariants on what the step touched (every node and
-// counter with Options.Check): no node holds more than its capacity, a
-// node's allocation is the sum of what runs on it, and the instance
-// counts add up.
-func (e *engine) check() error {
-	nodes := e.touched
-	if e.opts.Check {
-		nodes = nodes[:0]
-		for _, n := range e.nodes {
-			if n != nil {
-				nodes = append(nodes, n)
-			}
-		}
-	}
-	for _, n := range nodes {
-		if !n.alloc.Fits(n.capacity) {
-			e.violation("node %d (machine %s) allocates %s, more than its capacity %s", n.ordinal, n.machine, n.alloc, n.capacity)
-		}
-		if e.opts.Check {
-			var sum capacity.Resources
-			gpus := 0
-			for _, r := range n.running {
-				sum = sum.Add(capacity.Resources{MilliCPU: r.Requests.MilliCPU, Memory: r.Requests.Memory})
-			}
-			for _, id := range n.runIDs {
-				in := &e.inst[id]
-				gpus += len(in.gpus)
-				if in.node != n || in.state != instRunning {
-					e.violation("instance %s listed on node %d but not running there", in.id, n.ordinal)
-				}
-			}
-			sum.GPUs = int64(gpus)
-			if !sum.Equal(n.alloc) {
-				e.violation("node %d allocates %s but runs %s", n.ordinal, n.alloc, sum)
-			}
-		}
-	}
-	e.touched = e.touched[:0]
-	if e.opts.Check {
-		q, r := 0, 0
-		for i := range e.inst {
-			switch e.inst[i].state {
-			case instQueued:
-				q++
-			case instRunning:
-				r++
-			}
-		}
-		if q != e.queued || r != e.running {
-			e.violation("counted %d queued and %d running instances, tracked %d and %d", q, r, e.queued, e.running)
-		}
-	}
-	if len(e.violations) > 0 && e.opts.Check {
-		return fmt.Errorf("%w: %s", ErrInvariant, strings.Join(e.violations, "; "))
-	}
-	return nil
-}
-
-// record adds the step to the series and reports progress.
-func (e *engine) record() {
-	if e.opts.Progress != nil && e.w.Horizon > 0 && !e.now.Before(Origin) {
-		f := min(e.now.Sub(Origin).Seconds()/e.w.Horizon.Seconds(), 1)
-		if f-e.lastProg >= 0.005 {
-			e.lastProg = f
-			e.opts.Progress(f)
-		}
-	}
-	if e.series.width == 0 || e.now.Before(Origin) {
-		return
-	}
-	joined := 0
-	var demand capacity.Resources
-	for _, n := range e.nodes {
-		if n != nil {
-			joined++
-			demand = demand.Add(n.alloc)
-		}
-	}
-	for s := range e.queues {
-		if k := e.queues[s].n; k > 0 {
-			demand = demand.Add(e.shapes[s].Scale(int64(k)))
-		}
-	}
-	e.series.add(e.now.Sub(Origin), e.demandNodes(demand), joined, e.billed)
-}
-
 // demandNodes expresses an amount of resources in nodes of the pool's
 // largest shape: the largest share over the dimensions.
 func (e *engine) demandNodes(r capacity.Resources) float64 {
@@ -1080,93 +680,6 @@ func (e *engine) demandNodes(r capacity.Resources) float64 {
 		}
 	}
 	return share
-}
-
-// finish computes the figures as of the end of the run.
-func (e *engine) finish() (*Result, error) {
-	r := &e.res
-	r.End = e.now.Sub(Origin)
-	for i := range e.inst {
-		if e.inst[i].state == instRunning {
-			in := &e.inst[i]
-			ran := e.ran(in)
-			s := e.shapes[in.shape]
-			e.usedSec[0] += ran * float64(s.MilliCPU)
-			e.usedSec[1] += ran * float64(s.Memory)
-			e.usedSec[2] += ran * float64(s.GPUs)
-		}
-	}
-	r.Unfinished = r.Instances - e.finished
-	// Instances that never started waited at least until the end.
-	for i := range e.inst {
-		if job := &e.w.Jobs[e.inst[i].job]; e.inst[i].run == 0 && !job.Preexisting {
-			e.waits = append(e.waits, max(e.now.Sub(Origin.Add(job.Submit)).Seconds(), 0))
-		}
-	}
-	for j := e.nextJob; j < len(e.w.Jobs); j++ {
-		if e.w.Jobs[j].Preexisting {
-			continue
-		}
-		for range e.w.Jobs[j].Replicas {
-			e.waits = append(e.waits, max(e.now.Sub(Origin.Add(e.w.Jobs[j].Submit)).Seconds(), 0))
-		}
-	}
-	slices.Sort(e.waits)
-	r.WaitP50, r.WaitP95, r.WaitP99 = percentile(e.waits, 50), percentile(e.waits, 95), percentile(e.waits, 99)
-	r.WaitCurve = waitCurve(e.waits)
-	if len(e.waits) > 0 {
-		sum := 0.0
-		for _, w := range e.waits {
-			sum += w
-		}
-		r.WaitMean = sum / float64(len(e.waits))
-	}
-
-	led := e.cloud.Ledger()
-	var capSec [3]float64
-	for _, m := range led.Machines {
-		// Billing counts from the origin: the warm-up's boots are the
-		// initial fleet's, there before the trace began.
-		from, to := m.Start, m.End
-		if to.IsZero() {
-			to = led.At
-		}
-		if from.Before(Origin) {
-			from = Origin
-		}
-		sec := max(to.Sub(from).Seconds(), 0)
-		o := e.offs[m.Offering]
-		r.NodeHours += sec / 3600
-		r.Cost += sec / 3600 * o.PricePerHour
-		capSec[0] += sec * float64(o.Resources.MilliCPU)
-		capSec[1] += sec * float64(o.Resources.Memory)
-		capSec[2] += sec * float64(o.Resources.GPUs)
-	}
-	for d := range capSec {
-		if capSec[d] > 0 && e.usedSec[d] > 0 {
-			r.Utilization = max(r.Utilization, e.usedSec[d]/capSec[d])
-		}
-	}
-	if dup := led.Duplicates(); len(dup) > 0 {
-		e.violation("machines provisioned twice: %v", dup)
-	}
-	if r.Disrupted > 0 {
-		e.violation("%d instances disrupted by scale-down", r.Disrupted)
-	}
-	r.Series = e.series.points
-	if len(e.violations) > 0 {
-		return r, fmt.Errorf("%w: %s", ErrInvariant, strings.Join(e.violations, "; "))
-	}
-	return r, nil
-}
-
-// percentile returns the nearest-rank p-th percentile of sorted values.
-func percentile(sorted []float64, p float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	k := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	return sorted[min(max(k, 0), len(sorted)-1)]
 }
 
 func minTime(a, b time.Time) time.Time {

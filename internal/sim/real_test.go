@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/policy"
+	"github.com/tide-project/tide/internal/trace"
 )
 
 // realRun replays a shipped config on a shared trace under every policy
@@ -95,5 +96,41 @@ func TestWholeTraces(t *testing.T) {
 		{"azure-conv.yaml", "azure_llm2023_conv_rate_1s.csv"},
 	} {
 		t.Run(tt.trace, func(t *testing.T) { realRun(t, tt.cfg, tt.trace, 0, false) })
+	}
+}
+
+// TestDefaultConfigServingTraces: without a pool config, a request-rate
+// series is served by replicas that follow the rate per minute, never
+// fewer than one, so that no policy pays a boot for replicas that live a
+// second: on the Azure code trace every policy stays within 2 × the lower
+// bound (it was 16 to 24 × when replicas followed each 1 s bin).
+func TestDefaultConfigServingTraces(t *testing.T) {
+	path := filepath.Join(tracesDir(t), "azure_llm2023_code_rate_1s.csv")
+	r, err := trace.Open(path, trace.Options{IgnoreNormalized: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := r.Format()
+	r.Close()
+	cfg := DefaultConfig(f)
+	if rp := cfg.Workload.Replicas; rp == nil || time.Duration(rp.Window) != time.Minute || rp.Min != 1 {
+		t.Fatalf("default replicas for %s: %+v", f.Name, cfg.Workload.Replicas)
+	}
+	w, err := ReadWorkload(path, cfg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := w.Bound(cfg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pol := range policy.Names {
+		res, err := Run(context.Background(), cfg, w, Options{Policy: pol, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ratio := res.NodeHours / b.NodeHours; ratio > 2 {
+			t.Errorf("%s: %.1f node-hours, %.1f × the bound %.1f", pol, res.NodeHours, ratio, b.NodeHours)
+		}
 	}
 }

@@ -23,6 +23,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			ratio(p.NodeHours, r.Bound.NodeHours), p.Cost, p.WaitP50, p.WaitP95, p.WaitP99, 100*p.Utilization,
 			p.ScaleEvents, p.Machines, p.Disrupted, p.Interrupted, p.Unfinished)
 	}
+	for _, sk := range r.Skipped {
+		fmt.Fprintf(tw, "%s\tn/a\t\t\t\t\t\t\t\t\t\t\t\t\n", sk.Policy)
+	}
 	fmt.Fprintf(tw, "lower bound\t%.1f\t1.000\t%.2f\t0\t0\t0\t%.1f%%\t\t\t\t\t\t\n", r.Bound.NodeHours, r.Bound.Cost,
 		100*ratio(r.Bound.WorkNodeHours, r.Bound.NodeHours))
 	if err := tw.Flush(); err != nil {
@@ -55,6 +58,15 @@ func (r *Report) Notes() []string {
 	}
 	if len(dropped) > 0 {
 		out = append(out, "jobs not replayed: "+strings.Join(dropped, ", "))
+	}
+	if wl.Read.MissingBins > 0 {
+		out = append(out, fmt.Sprintf("%d bins missing from the series: read as no demand (a rate) or no change (a level)", wl.Read.MissingBins))
+	}
+	if wl.From > 0 || wl.To > 0 {
+		out = append(out, "window "+wl.windowString()+" of the trace (--from/--to): times are from its start")
+	}
+	for _, sk := range r.Skipped {
+		out = append(out, fmt.Sprintf("%s: not applicable: %s", sk.Policy, sk.Reason))
 	}
 	if wl.Preexisting > 0 {
 		out = append(out, fmt.Sprintf("%d jobs ran before the trace began: started on a warm pool, not counted in waits", wl.Preexisting))

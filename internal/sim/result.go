@@ -106,20 +106,46 @@ type Report struct {
 	Bound trace.Bound
 	// Results has one entry per policy, in the order run.
 	Results []*Result
+	// Skipped are the policies asked for that cannot serve the workload,
+	// with the reason (see Applicable).
+	Skipped []Skipped
+}
+
+// Skipped is a policy not run because it cannot serve the workload.
+type Skipped struct {
+	Policy string
+	// Reason says why, in terms of the pool and the trace.
+	Reason string
 }
 
 // JSONReport is the machine-readable form of a Report (`tide simulate -o
 // json`).
 type JSONReport struct {
-	Trace      string       `json:"trace"`
-	LowerBound JSONBound    `json:"lower_bound"`
-	Policies   []JSONPolicy `json:"policies"`
+	Trace string `json:"trace"`
+	// Jobs and Instances are what was replayed; MissingBins the bins a
+	// series skipped (read as no demand, or no change of a level).
+	Jobs        int          `json:"jobs"`
+	Instances   int          `json:"instances"`
+	MissingBins int          `json:"missing_bins,omitempty"`
+	LowerBound  JSONBound    `json:"lower_bound"`
+	Policies    []JSONPolicy `json:"policies"`
+	// NotApplicable lists the policies that cannot serve the workload.
+	NotApplicable []JSONSkipped `json:"not_applicable,omitempty"`
+}
+
+// JSONSkipped is a policy not run, with the reason.
+type JSONSkipped struct {
+	Policy string `json:"policy"`
+	Reason string `json:"reason"`
 }
 
 // JSONBound is the lower bound's figures.
 type JSONBound struct {
 	NodeHours float64 `json:"node_hours"`
 	Cost      float64 `json:"cost"`
+	// WorkNodeHours is what the work alone needs (a bound for any schedule).
+	WorkNodeHours float64 `json:"work_node_hours"`
+	PeakNodes     int     `json:"peak_nodes"`
 }
 
 // JSONPolicy is one policy's figures.
@@ -133,27 +159,49 @@ type JSONPolicy struct {
 	Utilization float64 `json:"utilization"`
 	ScaleEvents int     `json:"scale_events"`
 	Disrupted   int     `json:"disrupted"`
+	// BoundRatio is NodeHours over the lower bound's (the table's × bound).
+	BoundRatio  float64 `json:"bound_ratio"`
+	WaitMean    float64 `json:"wait_mean_s"`
+	Machines    int     `json:"machines"`
+	Interrupted int     `json:"interrupted"`
+	Instances   int     `json:"instances"`
+	Unfinished  int     `json:"unfinished"`
+	// EndS is when the run ended, in seconds from the trace's origin.
+	EndS float64 `json:"end_s"`
 }
 
 // JSON returns the report in the shape `tide simulate -o json` prints.
 func (r *Report) JSON() JSONReport {
-	out := JSONReport{Trace: r.Trace, LowerBound: JSONBound{NodeHours: r.Bound.NodeHours, Cost: r.Bound.Cost},
+	out := JSONReport{Trace: r.Trace, LowerBound: JSONBound{NodeHours: r.Bound.NodeHours, Cost: r.Bound.Cost,
+		WorkNodeHours: r.Bound.WorkNodeHours, PeakNodes: r.Bound.PeakNodes},
 		Policies: make([]JSONPolicy, 0, len(r.Results))}
+	if w := r.Workload; w != nil {
+		out.Jobs, out.Instances, out.MissingBins = len(w.Jobs), w.Instances, w.Read.MissingBins
+	}
 	for _, p := range r.Results {
+		ratio := 0.0
+		if r.Bound.NodeHours > 0 {
+			ratio = p.NodeHours / r.Bound.NodeHours
+		}
 		out.Policies = append(out.Policies, JSONPolicy{Policy: p.Policy, NodeHours: p.NodeHours, Cost: p.Cost,
 			WaitP50: p.WaitP50, WaitP95: p.WaitP95, WaitP99: p.WaitP99, Utilization: p.Utilization,
-			ScaleEvents: p.ScaleEvents, Disrupted: p.Disrupted})
+			ScaleEvents: p.ScaleEvents, Disrupted: p.Disrupted, BoundRatio: ratio, WaitMean: p.WaitMean,
+			Machines: p.Machines, Interrupted: p.Interrupted, Instances: p.Instances, Unfinished: p.Unfinished,
+			EndS: p.End.Seconds()})
+	}
+	for _, s := range r.Skipped {
+		out.NotApplicable = append(out.NotApplicable, JSONSkipped(s))
 	}
 	return out
 }
 
 // waitCurve returns the waits (sorted) at each whole percentile, 0 to 100.
-func waitCurve(sorted []float64) []float64 {
+func waitCurve(sorted []waitCount) []float64 {
 	if len(sorted) == 0 {
 		return nil
 	}
 	out := make([]float64, 101)
-	out[0] = sorted[0]
+	out[0] = sorted[0].sec
 	for p := 1; p <= 100; p++ {
 		out[p] = percentile(sorted, float64(p))
 	}

@@ -7,49 +7,59 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 )
 
-// instance is one replica of a job, from its arrival to its completion.
-type instance struct {
-	id    string // decimal index, the scheduler's instance id
+// group is Count instances of one job that share their fate: queued
+// together (arrived together, or requeued together from one node), or
+// running on one node since one instant. A group is split when its
+// members' fates part: some placed on one node, the rest elsewhere or
+// still waiting.
+type group struct {
 	job   int32
 	shape int32
-	// seq orders the queue (FIFO); it grows each time the instance is
-	// queued, so a requeued instance goes to the back.
+	count int32
+	state instState
+	// ran: its instances started before (a requeued group): their wait
+	// is counted once, at their first start.
+	ran bool
+	// seq orders the queue (FIFO); it is drawn each time the group is
+	// queued, so a requeued group goes to the back.
 	seq    int64
 	queued time.Time // when it (last) became pending
-	state  instState
 	// node is the node it runs on (nil unless running); pos its index in
-	// node.running.
-	node *node
-	pos  int
-	gpus []int // GPU indices it holds
-	// run counts its starts; a completion event of an earlier run is stale.
-	run     int32
+	// node.groups.
+	node    *node
+	pos     int32
+	run     uint64    // this run's number: a completion of another is stale
 	started time.Time // start of the current run
 }
 
 type instState uint8
 
 const (
-	instWaiting instState = iota // not yet arrived
+	instFree    instState = iota // slot unused
 	instQueued                   // pending
 	instRunning                  // placed
-	instDone                     // completed
 )
 
-// shapeQueue is the FIFO of the pending instances of one request shape.
-// Entries are instance indexes; entries no longer queued are skipped.
-type shapeQueue struct {
-	items []int32
-	head  int
-	n     int // queued instances in items[head:]
+// qentry is a group in a shape's queue, valid while the group is queued
+// with that seq.
+type qentry struct {
+	g   int32
+	seq int64
 }
 
-func (q *shapeQueue) push(i int32) {
+// shapeQueue is the FIFO of the pending groups of one request shape.
+// Entries no longer queued are skipped.
+type shapeQueue struct {
+	items []qentry
+	head  int
+	n     int // queued instances
+}
+
+func (q *shapeQueue) push(g int32, seq int64) {
 	if q.head > 0 && q.head == len(q.items) {
 		q.items, q.head = q.items[:0], 0
 	}
-	q.items = append(q.items, i)
-	q.n++
+	q.items = append(q.items, qentry{g: g, seq: seq})
 }
 
 // node is a machine that joined the cluster: a scheduler worker.
@@ -59,9 +69,16 @@ type node struct {
 	offering string
 	capacity capacity.Resources
 	alloc    capacity.Resources // CPU, memory and GPU count of what runs
-	gpuUsed  []bool
-	running  []capacity.Instance // what runs, for the pressure report
-	runIDs   []int32             // the instance of each entry of running
+	groups   []int32            // the groups running on it
+	ninst    int                // instances running on it
+	// running lists what runs, one entry per instance, for the pressure
+	// report; rebuilt from groups when stale.
+	running []capacity.Instance
+	stale   bool
+	// indexed: the node is in the placement index (joined, not cordoned).
+	indexed bool
+	// idlePos is the node's index in engine.idle, -1 when busy or gone.
+	idlePos int
 	// cordoned: the controller stopped dispatch (a drain).
 	cordoned bool
 	// idleSince is when the node last became empty (its join time when
@@ -75,17 +92,12 @@ type node struct {
 
 func (n *node) schedulable() bool { return !n.cordoned }
 
-func (n *node) busy() bool { return len(n.running) > 0 }
+func (n *node) busy() bool { return n.ninst > 0 }
 
-// usedGPUs returns the indices of the GPUs in use.
-func (n *node) usedGPUs() []int {
-	var out []int
-	for g, used := range n.gpuUsed {
-		if used {
-			out = append(out, g)
-		}
-	}
-	return out
+// waitCount is a wait shared by count instances.
+type waitCount struct {
+	sec   float64
+	count int64
 }
 
 // evKind is what an engine event does.
@@ -103,9 +115,8 @@ type event struct {
 	at   time.Time
 	seq  uint64 // order of scheduling: ties keep it
 	kind evKind
-	inst int32 // evCompletion: the instance
-	run  int32 // evCompletion: the run it ends
-	gen  uint64
+	grp  int32  // evCompletion: the group
+	gen  uint64 // evCompletion: the run it ends; evTick, evWake: generation
 }
 
 // eventHeap is a min-heap of events by (at, seq), for container/heap.

@@ -40,6 +40,21 @@ type Workload struct {
 	Empty int
 	// NoRequest counts jobs dropped because they request nothing.
 	NoRequest int
+	// From and To are the window of the trace replayed (zero: all of it);
+	// OutOfWindow counts the jobs outside it.
+	From, To    time.Duration
+	OutOfWindow int
+}
+
+func (w *Workload) windowString() string { return windowString(w.From, w.To) }
+
+// windowString formats a trace window as "[from, to)".
+func windowString(from, to time.Duration) string {
+	end := "end"
+	if to > 0 {
+		end = to.String()
+	}
+	return "[" + from.String() + ", " + end + ")"
 }
 
 // ReadWorkload reads the trace at path as cfg says and prepares it. With
@@ -47,8 +62,11 @@ type Workload struct {
 // the first one is an error naming the file, line and column (a
 // *trace.Error).
 func ReadWorkload(path string, cfg *Config, skipBadRows bool) (*Workload, error) {
+	// A series may skip bins (philly_active_nodes_5min.csv does): they are
+	// read as no demand, or no change of a level (PrepareWorkload), and
+	// counted in the report.
 	opts := trace.Options{SkipBadRows: skipBadRows, DropLabels: true, NormalizedMachine: cfg.Workload.NormalizedMachine,
-		AllowGaps: skipBadRows}
+		AllowGaps: true}
 	if cfg.Workload.NormalizedMachine.IsZero() {
 		opts.IgnoreNormalized = true
 	}
@@ -79,7 +97,11 @@ func PrepareWorkload(tw *trace.Workload, cfg *Config) (*Workload, error) {
 		if r == nil {
 			return nil, fmt.Errorf("workload.replicas: %s is a %s series: say how it becomes replicas (per_replica, shape)", tw.Name, tw.Format.Kind)
 		}
-		bins, err := rebin(tw.Format.Kind, tw.Bins, time.Duration(r.Window))
+		bins := tw.Bins
+		if tw.Format.Kind == trace.KindLevel {
+			bins = holdLevel(bins)
+		}
+		bins, err := rebin(tw.Format.Kind, bins, time.Duration(r.Window))
 		if err != nil {
 			return nil, fmt.Errorf("workload.replicas.window: %w", err)
 		}
@@ -103,6 +125,15 @@ func PrepareWorkload(tw *trace.Workload, cfg *Config) (*Workload, error) {
 		}
 	}
 	w.Horizon = horizon
+	if from, to := time.Duration(cfg.Workload.From), time.Duration(cfg.Workload.To); from > 0 || to > 0 {
+		jobs, w.OutOfWindow = window(jobs, horizon, from, to)
+		w.From, w.To = from, to
+		w.Horizon = max(horizon-from, 0)
+		if to > 0 {
+			w.Horizon = min(w.Horizon, to-from)
+		}
+		horizon = w.Horizon
+	}
 	sample := cfg.Workload.Sample
 	out := make([]trace.Job, 0, len(jobs))
 	for _, j := range jobs {
@@ -148,9 +179,70 @@ func PrepareWorkload(tw *trace.Workload, cfg *Config) (*Workload, error) {
 	})
 	w.Jobs = out
 	if len(out) == 0 {
+		if w.From > 0 || w.To > 0 {
+			return nil, fmt.Errorf("%s: no job left to replay in the window %s (--from/--to; %d jobs outside it)", tw.Name, w.windowString(), w.OutOfWindow)
+		}
 		return nil, fmt.Errorf("%s: no job left to replay (%d sampled out, %d empty, %d without a request)", tw.Name, w.SampledOut, w.Empty, w.NoRequest)
 	}
 	return w, nil
+}
+
+// window keeps the jobs of the trace window [from, to) (to 0: no end),
+// shifted so that from is second 0: those submitted in it, and those
+// submitted before it and still running at from, as the initial load
+// (Preexisting, with what is left of their run). Censored jobs end at
+// horizon, and every job still running at to ends there. It returns the
+// jobs kept and how many were left out.
+func window(jobs []trace.Job, horizon, from, to time.Duration) ([]trace.Job, int) {
+	out := jobs[:0:0]
+	left := 0
+	for _, j := range jobs {
+		end := j.End(horizon)
+		if to > 0 {
+			end = min(end, to) // the window ends the run of what still runs
+		}
+		switch {
+		case to > 0 && j.Submit >= to, end <= from:
+			left++
+			continue
+		case j.Submit < from || j.Preexisting:
+			j.Preexisting = true
+			j.Submit, j.Start = 0, 0
+		default:
+			j.Submit -= from
+			if j.Start > 0 {
+				j.Start = max(j.Start-from, 0)
+			}
+		}
+		j.Duration = end - from - j.Submit
+		j.Censored = false
+		out = append(out, j)
+	}
+	return out, left
+}
+
+// holdLevel fills the bins a level series skips with the level before
+// them: a missing sample means no change.
+func holdLevel(bins []trace.Bin) []trace.Bin {
+	var out []trace.Bin
+	for i, b := range bins {
+		if i > 0 {
+			prev := bins[i-1]
+			for t := prev.End(); t < b.Start && prev.Width > 0; t += prev.Width {
+				if out == nil {
+					out = slices.Clone(bins[:i])
+				}
+				out = append(out, trace.Bin{Start: t, Width: prev.Width, Value: prev.Value, Capacity: prev.Capacity})
+			}
+		}
+		if out != nil {
+			out = append(out, b)
+		}
+	}
+	if out == nil {
+		return bins
+	}
+	return out
 }
 
 // keep decides by a hash of the job id whether a job is in a sample of
@@ -206,13 +298,19 @@ func (w *Workload) Bound(cfg *Config, curve bool) (trace.Bound, error) {
 	return b, nil
 }
 
+// DefaultReplicaWindow is the window over which the default configuration
+// of a rate or level series averages it before counting replicas.
+const DefaultReplicaWindow = time.Minute
+
 // DefaultConfig returns the configuration used when none is given, chosen
 // by the trace's format: GPU traces get 8-GPU nodes (96 cores, 768 GiB,
 // $24.48/h, the p4d.24xlarge-class price), CPU traces 32-core 128 GiB nodes
 // ($1.54/h), with normalized requests read against that machine; rate and
 // level series get one 1-GPU, 8-core, 64 GiB replica per request per second
-// (or per unit of level) on 8-GPU nodes. Every pool boots in DefaultBoot,
-// scales between 0 and 10,000 nodes with the tide policy.
+// (or per unit of level; a whole node per node of philly-active-nodes) on
+// 8-GPU nodes, never fewer than 1, following the series over windows of
+// DefaultReplicaWindow (or the bins, when wider). Every pool boots in
+// DefaultBoot, scales between 0 and 10,000 nodes with the tide policy.
 func DefaultConfig(f trace.Format) *Config {
 	g8 := capacity.Offering{Type: "g8", Kind: capacity.OnDemand, PricePerHour: 24.48,
 		Resources: capacity.Resources{MilliCPU: 96000, Memory: 768 << 30, GPUs: 8}}
@@ -223,7 +321,18 @@ func DefaultConfig(f trace.Format) *Config {
 	switch {
 	case f.Kind == trace.KindRate || f.Kind == trace.KindLevel:
 		c.Pool.Offerings = []capacity.Offering{g8}
-		c.Workload.Replicas = &ReplicaOptions{PerReplica: 1, Shape: capacity.Resources{MilliCPU: 8000, Memory: 64 << 30, GPUs: 1}}
+		r := &ReplicaOptions{PerReplica: 1, Shape: capacity.Resources{MilliCPU: 8000, Memory: 64 << 30, GPUs: 1}, Min: 1}
+		if f.Name == "philly-active-nodes" {
+			r.Shape = g8.Resources // the level counts whole nodes
+		}
+		// A serving autoscaler follows a metric averaged over about a
+		// minute, not second by second: replicas that live a few seconds
+		// would make every policy pay a boot for each (24 × the bound on
+		// the Azure code trace).
+		if w := f.Width; w > 0 && w < DefaultReplicaWindow {
+			r.Window = config.Duration((DefaultReplicaWindow + w - 1) / w * w)
+		}
+		c.Workload.Replicas = r
 	case hasGPUColumn(f):
 		c.Pool.Offerings = []capacity.Offering{g8}
 		c.Workload.SplitToNode = true

@@ -219,7 +219,7 @@ func Detect(header []string) (Format, error) {
 	case has(colNodeID):
 		return FormatByName("nodes")
 	}
-	return Format{}, fmt.Errorf("header %s: %w: want submit_s and duration_s (jobs), t_s and requests (rate) or node_id (nodes), or name the format with Options.Format",
+	return Format{}, fmt.Errorf("header %s: %w: want submit_s and duration_s (jobs), t_s and requests (rate) or node_id (nodes)",
 		strings.Join(header, ","), ErrUnknownFormat)
 }
 

@@ -40,10 +40,10 @@ func (r *Reader) initJobs() error {
 	}
 	if !r.opts.IgnoreNormalized {
 		if c.cpuNorm >= 0 && r.opts.NormalizedMachine.MilliCPU <= 0 {
-			return r.headerErr(c.cpuNorm, colCPUNorm, fmt.Errorf("%w: the trace gives CPU as a fraction of its largest machine; set Options.NormalizedMachine CPU (what 1.0 stands for) or IgnoreNormalized", ErrNeedOption))
+			return r.headerErr(c.cpuNorm, colCPUNorm, fmt.Errorf("%w: the trace gives CPU as a fraction of its largest machine; say what a CPU of 1.0 stands for (workload.normalized_machine in a simulation config)", ErrNeedOption))
 		}
 		if c.memNorm >= 0 && r.opts.NormalizedMachine.Memory <= 0 {
-			return r.headerErr(c.memNorm, colMemNorm, fmt.Errorf("%w: the trace gives memory as a fraction of its largest machine; set Options.NormalizedMachine memory (what 1.0 stands for) or IgnoreNormalized", ErrNeedOption))
+			return r.headerErr(c.memNorm, colMemNorm, fmt.Errorf("%w: the trace gives memory as a fraction of its largest machine; say what a memory of 1.0 stands for (workload.normalized_machine in a simulation config)", ErrNeedOption))
 		}
 	}
 	used := []int{c.id, c.task, c.submit, c.start, c.duration, c.gpus, c.cpus, c.mem, c.cpuNorm, c.memNorm, c.replicas, c.pre, c.ae}

@@ -152,5 +152,8 @@ func (r *Reader) checkBin(rec []string, b *Bin) error {
 		r.stats.MissingBins += int((b.Start-prev)/r.width) - 1
 		return nil
 	}
-	return r.cellErr(r.tCol, fmt.Errorf("%w: %s %q, want %gs (bins of %v; Options.AllowGaps accepts whole missing bins)", ErrGap, colTime, rec[r.tCol], (prev+r.width).Seconds(), r.width))
+	if r.opts.AllowGaps {
+		return r.cellErr(r.tCol, fmt.Errorf("%w: %s %q, want %gs or a later multiple of the bin width %v after it", ErrGap, colTime, rec[r.tCol], (prev+r.width).Seconds(), r.width))
+	}
+	return r.cellErr(r.tCol, fmt.Errorf("%w: %s %q, want %gs (bins of %v, every bin present)", ErrGap, colTime, rec[r.tCol], (prev+r.width).Seconds(), r.width))
 }

@@ -46,6 +46,7 @@ type Cloud struct {
 	offerings  map[string]*offering
 	machines   map[string]*machine
 	pools      map[string]map[string]*machine // pool → id → machine
+	sorted     map[string][]*machine          // pool ("" all) → machines by id, for List; kept sorted on a change
 	gone       map[string]bool                // ids deleted, reclaimed or lost: never reused
 	ledger     map[string]*record
 	fences     provider.FenceTable
@@ -228,6 +229,7 @@ func (c *Cloud) create(now time.Time, req *provider.CreateRequest) (provider.Ack
 		c.pools[m.Pool] = pool
 	}
 	pool[m.ID] = m
+	c.resort(m, true)
 	off.alive++
 	c.alive++
 	c.ledger[m.ID] = &record{Record: Record{MachineID: m.ID, Pool: m.Pool, Offering: m.Offering,
@@ -334,21 +336,65 @@ func (c *Cloud) Get(ctx context.Context, id string) (provider.Machine, error) {
 
 // List returns the machines passing f, sorted by id; see provider.Provider.
 func (c *Cloud) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
+	return c.list(ctx, f, true)
+}
+
+// resort adds m to (or removes it from) the sorted lists List keeps.
+func (c *Cloud) resort(m *machine, add bool) {
+	for _, key := range []string{"", m.Pool} {
+		list, ok := c.sorted[key]
+		if !ok {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(list, m.ID, func(x *machine, id string) int { return strings.Compare(x.ID, id) })
+		switch {
+		case add && !found:
+			list = slices.Insert(list, i, m)
+		case !add && found:
+			list = slices.Delete(list, i, i+1)
+		}
+		c.sorted[key] = list
+		if key == m.Pool {
+			break
+		}
+	}
+}
+
+// ListShared is List for a caller that only reads what it gets: the
+// machines' labels and bootstrap data are the cloud's own, not copies, so
+// that a simulation listing thousands of machines per reconcile tick does
+// not copy them each time. The same API errors are injected as by List.
+func (c *Cloud) ListShared(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
+	return c.list(ctx, f, false)
+}
+
+func (c *Cloud) list(ctx context.Context, f provider.Filter, clone bool) ([]provider.Machine, error) {
 	if _, _, err := c.begin(ctx, false); err != nil {
 		return nil, fmt.Errorf("list machines: %w", err)
 	}
 	defer c.mu.Unlock()
-	src := c.machines
-	if f.Pool != "" {
-		src = c.pools[f.Pool]
+	src, ok := c.sorted[f.Pool]
+	if !ok {
+		all := c.machines
+		if f.Pool != "" {
+			all = c.pools[f.Pool]
+		}
+		src = slices.SortedFunc(maps.Values(all), func(a, b *machine) int { return strings.Compare(a.ID, b.ID) })
+		if c.sorted == nil {
+			c.sorted = map[string][]*machine{}
+		}
+		c.sorted[f.Pool] = src
 	}
 	out := make([]provider.Machine, 0, len(src))
 	for _, m := range src {
 		if f.Matches(&m.Machine) {
-			out = append(out, m.Machine.Clone())
+			if clone {
+				out = append(out, m.Machine.Clone())
+			} else {
+				out = append(out, m.Machine)
+			}
 		}
 	}
-	slices.SortFunc(out, func(a, b provider.Machine) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -462,6 +508,7 @@ func (c *Cloud) interruptAt(now time.Time, m *machine, reclaim time.Time) {
 func (c *Cloud) remove(now time.Time, m *machine, why string) {
 	delete(c.machines, m.ID)
 	delete(c.pools[m.Pool], m.ID)
+	c.resort(m, false)
 	if len(c.pools[m.Pool]) == 0 {
 		delete(c.pools, m.Pool)
 	}
