@@ -243,7 +243,7 @@ func TestReloadRefusesABadConfigAsAWhole(t *testing.T) {
 			strings.Replace(simPool("b", "1", ""), "{type: sim}", "{type: sim, options: {boot: -1s}}", 1)}},
 		{"provider type changed", "provider.type", []string{simPool("a", "3", ""),
 			strings.Replace(simPool("b", "1", ""), "{type: sim}", "{type: local}", 1)}},
-		{"unsupported provider", "provider.type", []string{simPool("a", "3", ""),
+		{"plugin without command or address", "provider.options", []string{simPool("a", "3", ""),
 			strings.Replace(simPool("c", "1", ""), "{type: sim}", "{type: plugin}", 1)}},
 	}
 	for _, tc := range cases {
@@ -317,7 +317,7 @@ func TestReloadAddsBackARemovedPool(t *testing.T) {
 func TestNewRefusesUnknownProviderBeforeTouchingTheDataDir(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "pools.yaml")
-	body := "pools:\n" + strings.Replace(simPool("p", "1", ""), "{type: sim}", "{type: plugin}", 1)
+	body := "pools:\n" + strings.Replace(simPool("p", "1", ""), "{type: sim}", "{type: kubernetes}", 1)
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestNewRefusesUnknownProviderBeforeTouchingTheDataDir(t *testing.T) {
 	if !errors.As(err, &ce) {
 		t.Fatalf("got %v, want a ConfigError", err)
 	}
-	for _, want := range []string{path, `pool "p"`, "provider.type", "plugin"} {
+	for _, want := range []string{path, `pool "p"`, "provider.type", "kubernetes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
