@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
@@ -167,7 +168,7 @@ func (c Config) withDefaults() Config {
 		c.SyncInterval = Duration(5 * time.Second)
 	}
 	if c.Interruptions != nil && c.Interruptions.Queue == "" {
-		c.Interruptions.Queue = "tide-" + c.Name + "-interruptions"
+		c.Interruptions.Queue = strings.ReplaceAll("tide-"+c.Name+"-interruptions", ".", "-")
 	}
 	return c
 }
@@ -210,6 +211,11 @@ func (c Config) Validate() error {
 		if v <= 0 {
 			bad("prices."+t, "%v: want a positive price per hour", v)
 		}
+	}
+	if q := c.Interruptions; q != nil && (len(q.Queue) > 80 || strings.ContainsFunc(q.Queue, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	})) {
+		bad("interruptions.queue", "%q: SQS allows 1 to 80 letters, digits, '-' and '_'", q.Queue)
 	}
 	if c.SpotDiscount <= 0 || c.SpotDiscount > 1 {
 		bad("spot_discount", "%v: want a fraction in (0, 1]", c.SpotDiscount)

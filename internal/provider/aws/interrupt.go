@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
@@ -78,6 +80,12 @@ func (p *Provider) setupInterruptions(ctx context.Context) error {
 		return fmt.Errorf("provider aws: interruptions: %w", classify("GetQueueAttributes", "", err))
 	}
 	arn := attrs.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]
+	if arn == "" {
+		// Some emulators answer without it; a queue URL ends in /ACCOUNT/NAME.
+		if arn, err = queueARN(p.cfg.Region, p.queueURL); err != nil {
+			return fmt.Errorf("provider aws: interruptions: queue %s: %w", q.Queue, err)
+		}
+	}
 	policy := fmt.Sprintf(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"events.amazonaws.com"},"Action":"sqs:SendMessage","Resource":%q}]}`, arn)
 	if _, err := p.sqs.SetQueueAttributes(cctx, &sqs.SetQueueAttributesInput{QueueUrl: out.QueueUrl,
 		Attributes: map[string]string{"Policy": policy}}); err != nil {
@@ -138,3 +146,16 @@ func (p *Provider) pollInterruptions(ctx context.Context) error {
 }
 
 func encodeUserData(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// queueARN derives a queue's ARN from its URL (https://HOST/ACCOUNT/NAME).
+func queueARN(region, queueURL string) (string, error) {
+	u, err := url.Parse(queueURL)
+	if err != nil {
+		return "", err
+	}
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+		return "", fmt.Errorf("queue URL %q does not end in /ACCOUNT/NAME", queueURL)
+	}
+	return "arn:aws:sqs:" + region + ":" + parts[0] + ":" + parts[1], nil
+}

@@ -30,6 +30,7 @@ type FaultProxy struct {
 	// counts: action → calls seen; injected: kind → faults injected
 	counts   map[string]int
 	injected map[string]int
+	last     map[string]url.Values // action → its last request's form
 }
 
 // NewFaultProxy starts a proxy to target on 127.0.0.1:0, closed when the
@@ -45,7 +46,7 @@ func NewFaultProxy(tb testing.TB, target string) *FaultProxy {
 		tb.Fatal(err)
 	}
 	p := &FaultProxy{URL: "http://" + l.Addr().String(), ice: map[string]bool{}, throttle: map[string]int{},
-		counts: map[string]int{}, injected: map[string]int{}}
+		counts: map[string]int{}, injected: map[string]int{}, last: map[string]url.Values{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	p.srv = &http.Server{Handler: p.handler(rp)}
 	go func() { _ = p.srv.Serve(l) }()
@@ -76,6 +77,14 @@ func (p *FaultProxy) Calls(action string) int {
 	return p.counts[action]
 }
 
+// LastForm returns the form of the last query-protocol request of the
+// action (EC2's parameters), or nil.
+func (p *FaultProxy) LastForm(action string) url.Values {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last[action]
+}
+
 // Injected returns how many faults of a kind ("ice", "throttle") were injected.
 func (p *FaultProxy) Injected(kind string) int {
 	p.mu.Lock()
@@ -103,6 +112,7 @@ func (p *FaultProxy) handler(next http.Handler) http.Handler {
 		}
 		p.mu.Lock()
 		p.counts[action]++
+		p.last[action] = form
 		throttled := false
 		for _, key := range []string{action, "*"} {
 			if p.throttle[key] > 0 {
