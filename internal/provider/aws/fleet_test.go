@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/provider"
 	awsprov "github.com/tide-project/tide/internal/provider/aws"
 	"github.com/tide-project/tide/internal/provider/aws/awstest"
@@ -154,4 +155,26 @@ func instanceIDs(insts []types.Instance) []string {
 		out = append(out, *in.InstanceId+"("+string(in.State.Name)+")")
 	}
 	return out
+}
+
+// TestOrphanIsDeleted: an instance tagged for the pool that no journal
+// knows (launched by a controller that crashed before its journal write,
+// then lost its journal) is adopted by List and deleted by the controller.
+func TestOrphanIsDeleted(t *testing.T) {
+	e := newCtlEnv(t, "", nil, "m5.large/us-east-1a/on-demand")
+	if _, err := e.prov.Create(context.Background(), provider.CreateRequest{Fence: provider.Fence{Controller: "old", Epoch: 1},
+		Pool: "gpu", MachineID: "gpu-orphan", Offering: "m5.large/us-east-1a/on-demand"}); err != nil {
+		t.Fatal(err)
+	}
+	e.restart() // the new process knows nothing of it but its tags
+	e.setDesired(1)
+	e.tickUntil(1, 20)
+	if e.events.count(controller.ReasonOrphan) != 1 {
+		t.Fatalf("want one %s event:\n%s", controller.ReasonOrphan, e.events.tail())
+	}
+	for _, in := range instancesOf(t, ec2Client(t, e.endpoint), e.cfg.Name, "gpu-orphan") {
+		if in.State.Name != types.InstanceStateNameTerminated {
+			t.Fatalf("orphan instance is %s, want terminated", in.State.Name)
+		}
+	}
 }
