@@ -651,6 +651,7 @@ func (p *Provider) Sync(ctx context.Context) error {
 				if !alive[iid] {
 					delete(p.deleting, id)
 					delete(p.launched, id)
+					delete(p.reclaim, iid)
 					p.gone[id] = true
 				}
 			}
