@@ -33,7 +33,7 @@ type Env struct {
 }
 
 // providerTypes lists the provider types newProvider builds, for errors.
-var providerTypes = []string{"local", "netns", "plugin", "sim"}
+var providerTypes = []string{"aws", "local", "netns", "plugin", "sim"}
 
 // newProvider checks pool pc's provider section and returns the function
 // that builds its provider. Checking has no side effects (a config refused
@@ -46,6 +46,8 @@ var providerTypes = []string{"local", "netns", "plugin", "sim"}
 // one more line.
 func newProvider(pc config.Pool, env Env) (func() (provider.Provider, error), error) {
 	switch pc.Provider.Type {
+	case "aws":
+		return awsProvider(pc, env)
 	case "local":
 		return localProvider(pc, env)
 	case "netns":
