@@ -117,6 +117,9 @@ type Options struct {
 	Logger       *slog.Logger
 	// Extra is mounted under the same auth, e.g. "GET /metrics".
 	Extra map[string]http.Handler
+	// BodyTimeout bounds how long a request body may take to arrive;
+	// DefaultBodyTimeout when zero.
+	BodyTimeout time.Duration
 }
 
 type server struct {
@@ -129,6 +132,9 @@ type server struct {
 func NewHandler(b Backend, opts Options) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 4 << 20
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -163,7 +169,7 @@ func NewHandler(b Backend, opts Options) http.Handler {
 	for pattern, h := range opts.Extra {
 		mux.Handle(pattern, s.requireAdmin(h.ServeHTTP))
 	}
-	return http.MaxBytesHandler(mux, opts.MaxBodyBytes)
+	return bodyDeadline(http.MaxBytesHandler(mux, opts.MaxBodyBytes), opts.BodyTimeout)
 }
 
 // bearer returns the token a request presents: "Authorization: Bearer
