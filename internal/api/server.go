@@ -243,6 +243,11 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 			writeDetail(w, http.StatusRequestEntityTooLarge, "Request body too large")
 			return false
 		}
+		var ne interface{ Timeout() bool }
+		if errors.As(err, &ne) && ne.Timeout() {
+			writeDetail(w, http.StatusRequestTimeout, "Request body too slow")
+			return false
+		}
 		writeDetail(w, http.StatusBadRequest, "Could not read request body")
 		return false
 	}

@@ -357,6 +357,9 @@ func TestSecuritySlowBodies(t *testing.T) {
 		if strings.Contains(status, " 200 ") {
 			t.Errorf("%s %s: a trickled body was accepted: %q", c.method, c.path, status)
 		}
+		if c.tok != "" && c.path != "/bootstrap" && !strings.Contains(status, " 408 ") {
+			t.Errorf("%s %s: %q, want 408 for a body that outlived the timeout", c.method, c.path, status)
+		}
 		if took > 10*timeout+5*time.Second {
 			t.Errorf("%s %s: held %v, body timeout %v", c.method, c.path, took, timeout)
 		}
