@@ -11,6 +11,16 @@ import (
 // Options.BodyTimeout is zero.
 const DefaultBodyTimeout = 30 * time.Second
 
+// BodyTimeoutHandler applies the same body timeout as NewHandler to a
+// handler mounted beside the API (the head wraps the dashboard's files and
+// the API together); DefaultBodyTimeout when d is zero.
+func BodyTimeoutHandler(h http.Handler, d time.Duration) http.Handler {
+	if d <= 0 {
+		d = DefaultBodyTimeout
+	}
+	return bodyDeadline(h, d)
+}
+
 // bodyDeadline bounds how long a request's body may take to arrive. A
 // client trickling a body one byte at a time (slowloris) would otherwise
 // hold a connection and a goroutine for as long as it likes: the head's

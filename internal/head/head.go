@@ -181,7 +181,7 @@ func (h *Head) Handler() http.Handler {
 	if h.cfg.Registry != nil {
 		opts.Extra["GET /metrics"] = promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})
 	}
-	return webui.Mount(api.NewHandler(h, opts))
+	return api.BodyTimeoutHandler(webui.Mount(api.NewHandler(h, opts)), h.cfg.BodyTimeout)
 }
 
 // Poke wakes the scheduling loop (coalesced).
