@@ -125,7 +125,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("worker: log server: listen on %s: %w", logAddr, err)
 	}
 	a.logPort = ln.Addr().(*net.TCPAddr).Port
-	srv := &http.Server{Handler: logHandler(a.logs, []string{cfg.JoinToken, provider.LogToken(cfg.JoinToken, id.Name), cfg.LogToken}, a.log), ReadHeaderTimeout: 10 * time.Second}
+	srv := newLogServer(logHandler(a.logs, []string{cfg.JoinToken, provider.LogToken(cfg.JoinToken, id.Name), cfg.LogToken}, a.log))
 	serveDone := make(chan struct{})
 	go func() {
 		defer close(serveDone)

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // MaxLogResponse caps one log response (PyLet's LOG_MAX_RESPONSE_SIZE).
@@ -90,6 +91,19 @@ func logHandler(logs *logSet, tokens []string, log *slog.Logger) http.Handler {
 			Content: base64.StdEncoding.EncodeToString(c.Content), Size: int64(len(c.Content))})
 	})
 	return mux
+}
+
+// logServerTimeout bounds reading a request (headers and body) and
+// writing an answer on the worker's log server; a variable for tests.
+var logServerTimeout = 30 * time.Second
+
+// newLogServer is the worker's log server. It has no long-polls, so whole
+// request and response timeouts are safe: a client trickling headers or a
+// body byte by byte (slowloris) is cut after logServerTimeout instead of
+// holding a goroutine and a connection for ever.
+func newLogServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, logServerTimeout),
+		ReadTimeout: logServerTimeout, WriteTimeout: logServerTimeout + MaxLogResponse/(1<<20)*time.Second}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

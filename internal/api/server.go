@@ -117,6 +117,9 @@ type Options struct {
 	Logger       *slog.Logger
 	// Extra is mounted under the same auth, e.g. "GET /metrics".
 	Extra map[string]http.Handler
+	// BodyTimeout bounds how long a request body may take to arrive;
+	// DefaultBodyTimeout when zero.
+	BodyTimeout time.Duration
 }
 
 type server struct {
@@ -129,6 +132,9 @@ type server struct {
 func NewHandler(b Backend, opts Options) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 4 << 20
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -163,7 +169,7 @@ func NewHandler(b Backend, opts Options) http.Handler {
 	for pattern, h := range opts.Extra {
 		mux.Handle(pattern, s.requireAdmin(h.ServeHTTP))
 	}
-	return http.MaxBytesHandler(mux, opts.MaxBodyBytes)
+	return bodyDeadline(http.MaxBytesHandler(mux, opts.MaxBodyBytes), opts.BodyTimeout)
 }
 
 // bearer returns the token a request presents: "Authorization: Bearer
@@ -235,6 +241,11 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			writeDetail(w, http.StatusRequestEntityTooLarge, "Request body too large")
+			return false
+		}
+		var ne interface{ Timeout() bool }
+		if errors.As(err, &ne) && ne.Timeout() {
+			writeDetail(w, http.StatusRequestTimeout, "Request body too slow")
 			return false
 		}
 		writeDetail(w, http.StatusBadRequest, "Could not read request body")

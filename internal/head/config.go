@@ -77,6 +77,9 @@ type Config struct {
 	ReserveAfter time.Duration
 	// LogProxyTimeout bounds a log fetch from a worker; 30s.
 	LogProxyTimeout time.Duration
+	// BodyTimeout bounds how long a request body may take to arrive (a
+	// slowloris defence); api.DefaultBodyTimeout when zero.
+	BodyTimeout time.Duration
 
 	// Clock drives timers; clock.Real{} when nil.
 	Clock clock.Clock

@@ -174,13 +174,14 @@ func (h *Head) Scheme() string {
 
 // Handler returns the HTTP API.
 func (h *Head) Handler() http.Handler {
-	opts := api.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log, MachineAuth: h.authMachine}
+	opts := api.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log, MachineAuth: h.authMachine,
+		BodyTimeout: h.cfg.BodyTimeout}
 	opts.Extra = api.DashboardRoutes(h)
 	opts.Extra["POST /bootstrap"] = http.HandlerFunc(h.serveBootstrap)
 	if h.cfg.Registry != nil {
 		opts.Extra["GET /metrics"] = promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})
 	}
-	return webui.Mount(api.NewHandler(h, opts))
+	return api.BodyTimeoutHandler(webui.Mount(api.NewHandler(h, opts)), h.cfg.BodyTimeout)
 }
 
 // Poke wakes the scheduling loop (coalesced).

@@ -89,6 +89,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	s := &Store{w: w, path: path}
 	s.eventKeep, s.eventTrim = eventBounds(opts.EventRetention)
+	if err := s.quickCheck(ctx); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
 	if err := s.migrate(ctx); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
