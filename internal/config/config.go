@@ -58,7 +58,7 @@ type Provider struct {
 }
 
 // ProviderTypes lists the provider kinds a config may name.
-var ProviderTypes = []string{"local", "sim", "plugin"}
+var ProviderTypes = []string{"local", "sim", "plugin", "kwok"}
 
 // Selector matches instances to a pool by labels (all must match).
 type Selector struct {
