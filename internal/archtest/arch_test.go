@@ -27,6 +27,7 @@ var purePackages = []string{
 	"internal/scheduler",
 	"internal/fleet",
 	"internal/validate",
+	"internal/kube/demand",
 }
 
 // bannedImports are the I/O packages a pure package may not import

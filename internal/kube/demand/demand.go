@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/kube/nodepool"
 )
 
 // GPUResource is the extended resource name of NVIDIA GPUs; it maps to
@@ -42,18 +41,31 @@ const DoNotDisrupt = "tide.dev/do-not-disrupt"
 // OrdinalAnnotation is the node annotation holding the node's ordinal in its pool.
 const OrdinalAnnotation = "tide.dev/ordinal"
 
+// PoolLabel is the label every node of a pool carries, valued with the
+// pool's name; it links a Node to its NodePool.
+const PoolLabel = "tide.dev/pool"
+
+// Taint effects a pool's node taint may have.
+const (
+	NoSchedule       = "NoSchedule"
+	PreferNoSchedule = "PreferNoSchedule"
+	NoExecute        = "NoExecute"
+)
+
+// Taint is a taint put on every node of a pool.
+type Taint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
+}
+
 // Pool is what matching needs of a NodePool.
 type Pool struct {
 	Name   string
 	Labels map[string]string
-	Taints []nodepool.Taint
+	Taints []Taint
 	// Offerings bound what one pod may request; with none, fit is not checked.
 	Offerings []capacity.Offering
-}
-
-// FromNodePool returns the matching view of a parsed NodePool.
-func FromNodePool(p nodepool.Pool) Pool {
-	return Pool{Name: p.Config.Name, Labels: p.Labels, Taints: p.Taints, Offerings: p.Config.Offerings}
 }
 
 // Unmatched is an unschedulable pod no pool can serve, and why.
@@ -185,7 +197,7 @@ func Match(pool *Pool, pod *corev1.Pod) (bool, string) {
 		}
 	}
 	for _, t := range pool.Taints {
-		if t.Effect == nodepool.PreferNoSchedule {
+		if t.Effect == PreferNoSchedule {
 			continue
 		}
 		if !tolerated(pod.Spec.Tolerations, t) {
@@ -264,7 +276,7 @@ func contains(vs []string, v string) bool {
 }
 
 // tolerated applies Kubernetes' toleration rules to one taint.
-func tolerated(tols []corev1.Toleration, t nodepool.Taint) bool {
+func tolerated(tols []corev1.Toleration, t Taint) bool {
 	for _, tol := range tols {
 		if tol.Effect != "" && string(tol.Effect) != t.Effect {
 			continue
@@ -320,7 +332,7 @@ func Ordinal(node *corev1.Node) int {
 }
 
 // Compute builds every pool's pressure from the cluster's nodes and pods.
-// Nodes belong to the pool named by their nodepool.PoolLabel; pods bound to
+// Nodes belong to the pool named by their PoolLabel; pods bound to
 // a node and not finished are its Running instances (daemons marked);
 // unschedulable pods become the Pending demand of the first pool that
 // matches them. Pools are tried in name order; the result is deterministic.
@@ -337,7 +349,7 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 		rep.Pressure[p.Name] = capacity.Pressure{}
 	}
 	for _, n := range nodes {
-		pool := n.Labels[nodepool.PoolLabel]
+		pool := n.Labels[PoolLabel]
 		if _, ok := rep.Pressure[pool]; !ok {
 			continue
 		}

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/kube/nodepool"
 )
 
 func rl(kv ...string) corev1.ResourceList {
@@ -66,12 +65,12 @@ func expr(key string, op corev1.NodeSelectorOperator, vals ...string) corev1.Nod
 }
 
 var (
-	gpuPool = Pool{Name: "gpu", Labels: map[string]string{nodepool.PoolLabel: "gpu", "accelerator": "nvidia", "gen": "9"},
-		Taints: []nodepool.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: nodepool.NoSchedule},
-			{Key: "soft", Effect: nodepool.PreferNoSchedule}},
+	gpuPool = Pool{Name: "gpu", Labels: map[string]string{PoolLabel: "gpu", "accelerator": "nvidia", "gen": "9"},
+		Taints: []Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: NoSchedule},
+			{Key: "soft", Effect: PreferNoSchedule}},
 		Offerings: []capacity.Offering{{Type: "g8", Resources: capacity.Resources{MilliCPU: 32000, Memory: 256 << 30, GPUs: 8,
 			Extended: map[string]int64{"example.com/fpga": 1}}}}}
-	cpuPool = Pool{Name: "cpu", Labels: map[string]string{nodepool.PoolLabel: "cpu"},
+	cpuPool = Pool{Name: "cpu", Labels: map[string]string{PoolLabel: "cpu"},
 		Offerings: []capacity.Offering{{Type: "c4", Resources: capacity.Resources{MilliCPU: 4000, Memory: 16 << 30}}}}
 	tolGPU = corev1.Toleration{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
 )
@@ -151,7 +150,7 @@ func TestUnschedulable(t *testing.T) {
 }
 
 func node(name, pool string, ordinal int, alloc corev1.ResourceList, taints ...corev1.Taint) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{nodepool.PoolLabel: pool},
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{PoolLabel: pool},
 		Annotations: map[string]string{OrdinalAnnotation: fmt.Sprint(ordinal)}},
 		Spec: corev1.NodeSpec{Taints: taints}, Status: corev1.NodeStatus{Allocatable: alloc}}
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/tide-project/tide/internal/config"
+	"github.com/tide-project/tide/internal/kube/demand"
 )
 
 // Group, Version and Kind name the custom resource.
@@ -28,21 +29,17 @@ const (
 
 // PoolLabel is the label every node of a pool carries, valued with the
 // pool's name; it links a Node to its NodePool.
-const PoolLabel = "tide.dev/pool"
+const PoolLabel = demand.PoolLabel
 
 // Taint effects a pool's node taint may have.
 const (
-	NoSchedule       = "NoSchedule"
-	PreferNoSchedule = "PreferNoSchedule"
-	NoExecute        = "NoExecute"
+	NoSchedule       = demand.NoSchedule
+	PreferNoSchedule = demand.PreferNoSchedule
+	NoExecute        = demand.NoExecute
 )
 
 // Taint is a taint put on every node of a pool.
-type Taint struct {
-	Key    string `json:"key"`
-	Value  string `json:"value,omitempty"`
-	Effect string `json:"effect"`
-}
+type Taint = demand.Taint
 
 // Pool is a NodePool read and validated: the tide pool configuration and the
 // template of its nodes.
@@ -176,4 +173,9 @@ func rewrite(err error, name string) error {
 		}
 	}
 	return errors.Join(out...)
+}
+
+// Demand returns the view of the pool that demand matching needs.
+func (p Pool) Demand() demand.Pool {
+	return demand.Pool{Name: p.Config.Name, Labels: p.Labels, Taints: p.Taints, Offerings: p.Config.Offerings}
 }
