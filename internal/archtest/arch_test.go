@@ -28,6 +28,7 @@ var purePackages = []string{
 	"internal/fleet",
 	"internal/validate",
 	"internal/kube/demand",
+	"internal/kube/drain",
 }
 
 // bannedImports are the I/O packages a pure package may not import
