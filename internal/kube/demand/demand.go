@@ -426,3 +426,21 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 	})
 	return rep
 }
+
+// SetMark returns taints with the deletion-candidate taint for a mark made
+// at at (replacing an older mark); taints is not modified.
+func SetMark(taints []corev1.Taint, at time.Time) []corev1.Taint {
+	return append(ClearMark(taints), MarkTaint(at))
+}
+
+// ClearMark returns taints without the deletion-candidate taint; taints is
+// not modified.
+func ClearMark(taints []corev1.Taint) []corev1.Taint {
+	out := make([]corev1.Taint, 0, len(taints)+1)
+	for _, t := range taints {
+		if t.Key != MarkTaintKey {
+			out = append(out, t)
+		}
+	}
+	return out
+}
