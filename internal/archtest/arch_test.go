@@ -27,6 +27,8 @@ var purePackages = []string{
 	"internal/scheduler",
 	"internal/fleet",
 	"internal/validate",
+	"internal/kube/demand",
+	"internal/kube/drain",
 }
 
 // bannedImports are the I/O packages a pure package may not import

@@ -89,6 +89,7 @@ func newRoot(s Streams) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return flagError{err} })
 	root.AddCommand(newDecide(s), newUpCmd(s))
 	root.AddCommand(newFleetCmd(s))
+	root.AddCommand(newKubeCmd(s))
 	root.AddCommand(newSimulateCmd(s))
 	root.AddCommand(newProviderCmd(s))
 	root.AddCommand(newPoolsCmd(s), newNodesCmd(s), newEventsCmd(s), newBootstrapCmd(s))

@@ -51,14 +51,14 @@ type Pool struct {
 
 // Provider selects and configures a capacity provider.
 type Provider struct {
-	// Type is the provider kind: local, sim, plugin, netns or aws.
+	// Type is the provider kind: local, sim, plugin, netns, aws or kwok.
 	Type string `json:"type"`
 	// Options are provider-specific settings, passed through as given.
 	Options map[string]any `json:"options,omitempty"`
 }
 
 // ProviderTypes lists the provider kinds a config may name.
-var ProviderTypes = []string{"local", "sim", "plugin", "netns", "aws"}
+var ProviderTypes = []string{"local", "sim", "plugin", "netns", "aws", "kwok"}
 
 // Selector matches instances to a pool by labels (all must match).
 type Selector struct {

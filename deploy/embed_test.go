@@ -1,0 +1,93 @@
+package deploy
+
+import (
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/tide-project/tide/internal/config"
+)
+
+// jsonFields returns the JSON names of t's fields.
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func keys(m map[string]any) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func get(t *testing.T, m map[string]any, path ...string) map[string]any {
+	t.Helper()
+	for _, p := range path {
+		next, ok := m[p].(map[string]any)
+		if !ok {
+			t.Fatalf("no %s in schema", strings.Join(path, "."))
+		}
+		m = next
+	}
+	return m
+}
+
+// TestCRDMirrorsConfig keeps the NodePool schema in step with tide's YAML
+// pool config: every scaling knob of config.Scaling is in the schema and
+// nothing else is, and the spec holds every pool field but name and selector.
+func TestCRDMirrorsConfig(t *testing.T) {
+	var crd map[string]any
+	if err := yaml.Unmarshal(CRD, &crd); err != nil {
+		t.Fatal(err)
+	}
+	versions := get(t, crd, "spec")["versions"].([]any)
+	schema := get(t, versions[0].(map[string]any), "schema", "openAPIV3Schema", "properties")
+	spec := get(t, schema, "spec", "properties")
+	scaling := keys(get(t, spec, "scaling", "properties"))
+	if want := jsonFields(reflect.TypeOf(config.Scaling{})); !slices.Equal(scaling, want) {
+		t.Errorf("spec.scaling properties = %v, config.Scaling has %v", scaling, want)
+	}
+	for _, f := range jsonFields(reflect.TypeOf(config.Pool{})) {
+		if _, ok := spec[f]; !ok && f != "name" && f != "selector" {
+			t.Errorf("spec lacks pool field %q", f)
+		}
+	}
+	for _, f := range []string{"node_labels", "node_taints"} {
+		if _, ok := spec[f]; !ok {
+			t.Errorf("spec lacks %q", f)
+		}
+	}
+	if _, ok := get(t, versions[0].(map[string]any), "subresources")["status"]; !ok {
+		t.Error("no status subresource")
+	}
+}
+
+func TestAllIsValidYAMLStream(t *testing.T) {
+	docs := strings.Split(string(All()), "\n---\n")
+	var kinds []string
+	for _, d := range docs {
+		var obj struct{ Kind string }
+		if err := yaml.Unmarshal([]byte(d), &obj); err != nil {
+			t.Fatalf("%v in %q", err, d)
+		}
+		kinds = append(kinds, obj.Kind)
+	}
+	want := []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("kinds = %v, want %v", kinds, want)
+	}
+}
