@@ -122,6 +122,7 @@ type engine struct {
 	tickGen   uint64
 	wakeAt    time.Time // armed policy wake-up; zero when none
 	wakeGen   uint64
+	recheck   time.Time // the last decision's Recheck (peer policies' loops)
 	marks     bool // the reconciler scales down through deletion marks
 	changed   bool // the pressure changed since the last evaluation
 	placeable bool // placement may succeed since the last Place
@@ -771,6 +772,7 @@ func (e *engine) evaluate() bool {
 	d := e.pol.Decide(policy.Input{Now: e.now, Desired: e.desired, Pressure: e.pressure(), State: e.state,
 		Unavailable: e.ctl.Unavailable(e.now)})
 	e.state = d.State
+	e.recheck = d.Recheck
 	if d.Desired == e.desired {
 		return false
 	}
@@ -884,6 +886,9 @@ func (e *engine) armWake() {
 	}
 	if !st.LastDatapoint.IsZero() {
 		add(st.LastDatapoint.Add(c.MetricPeriod))
+	}
+	if !e.recheck.IsZero() {
+		add(e.recheck)
 	}
 	for _, n := range e.nodes {
 		if n != nil && !n.busy() {
