@@ -122,11 +122,13 @@ type engine struct {
 	tickGen   uint64
 	wakeAt    time.Time // armed policy wake-up; zero when none
 	wakeGen   uint64
-	recheck   time.Time // the last decision's Recheck (peer policies' loops)
-	marks     bool      // the reconciler scales down through deletion marks
-	changed   bool      // the pressure changed since the last evaluation
-	placeable bool      // placement may succeed since the last Place
+	marks     bool // the reconciler scales down through deletion marks
+	changed   bool // the pressure changed since the last evaluation
+	placeable bool // placement may succeed since the last Place
 	touched   []*node
+
+	// recheck is the last decision's Recheck (the peer policies' loops).
+	recheck time.Time
 
 	// Scratch for Place and the pressure report.
 	workers []scheduler.Worker
