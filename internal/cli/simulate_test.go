@@ -75,7 +75,7 @@ func TestSimulateJSON(t *testing.T) {
 			t.Errorf("implausible figures: %+v", p)
 		}
 	}
-	if got := strings.Join(names, ","); got != "tide,skyward,target-tracking,utilization" {
+	if got := strings.Join(names, ","); got != "tide,skyward,target-tracking,utilization,karpenter,cluster-autoscaler" {
 		t.Errorf("policies = %s", got)
 	}
 	// The same seed prints the same report.
