@@ -20,9 +20,6 @@ const (
 	karpenterBudgetPercent = 10
 )
 
-// Reason code of the karpenter policy while its batch window is open.
-const CodeKarpenterBatch = "batching"
-
 // karpenterPolicy models Karpenter's provisioning and disruption as its
 // documentation and defaults describe them, on tide's pool model (one pool
 // = one NodePool whose instance types are the offerings):
@@ -79,7 +76,7 @@ func (p *karpenterPolicy) Decide(in Input) Decision {
 			closeAt = end
 		}
 		if in.Now.Before(closeAt) {
-			d.Reason = NewReason(CodeKarpenterBatch, "%d queued instances batched for %dms (window closes %dms after the last arrival, %dms at most)",
+			d.Reason = NewReason(CodeBatching, "%d queued instances batched for %dms (window closes %dms after the last arrival, %dms at most)",
 				int64(queued), in.Now.Sub(st.PendingSince).Milliseconds(), karpenterBatchIdle.Milliseconds(), karpenterBatchMax.Milliseconds())
 			d.Recheck = closeAt
 			poll = false // the batch decides first

@@ -95,7 +95,7 @@ func TestKarpenterDecide(t *testing.T) {
 		Resources: capacity.Resources{MilliCPU: 16000, Memory: 64 * ttGi}}
 	runPeerCases(t, []peerCase{
 		{name: "new backlog opens a batch of 1 s idle", cfg: kc, pending: []capacity.Pending{tidePending(tideTask, 4)},
-			want: 0, code: CodeKarpenterBatch, words: "batched", recheck: tideT0.Add(sec),
+			want: 0, code: CodeBatching, words: "batched", recheck: tideT0.Add(sec),
 			wantState: func(t *testing.T, st State) {
 				if !st.PendingSince.Equal(tideT0) || !st.BatchGrewAt.Equal(tideT0) || st.BatchQueued != 4 {
 					t.Errorf("state %+v", st)
@@ -103,7 +103,7 @@ func TestKarpenterDecide(t *testing.T) {
 			}},
 		{name: "an arrival keeps the batch open another second", cfg: kc, pending: []capacity.Pending{tidePending(tideTask, 4)},
 			state: State{PendingSince: tideT0.Add(-5 * sec), BatchGrewAt: tideT0.Add(-500 * time.Millisecond), BatchQueued: 2},
-			want:  0, code: CodeKarpenterBatch, recheck: tideT0.Add(sec)},
+			want:  0, code: CodeBatching, recheck: tideT0.Add(sec)},
 		{name: "the batch closes after 1 s idle and buys one node", cfg: kc, pending: []capacity.Pending{tidePending(tideTask, 4)},
 			state: State{PendingSince: tideT0.Add(-3 * sec), BatchGrewAt: tideT0.Add(-sec), BatchQueued: 4},
 			want:  1, code: CodeScaleUp, words: "cheapest", launch: tideOD.Name(),
