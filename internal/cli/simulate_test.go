@@ -87,7 +87,7 @@ func TestSimulateJSON(t *testing.T) {
 			t.Errorf("implausible figures: %+v", p)
 		}
 	}
-	if got := strings.Join(names, ","); got != "tide,skyward,target-tracking,utilization" {
+	if got := strings.Join(names, ","); got != "tide,skyward,target-tracking,utilization,karpenter,cluster-autoscaler" {
 		t.Errorf("policies = %s", got)
 	}
 	// Every figure of the table is in the JSON: machines, disrupted,

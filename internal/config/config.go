@@ -83,6 +83,7 @@ type Scaling struct {
 	ProtectFirstNode   bool      `json:"protect_first_node,omitempty"`
 	BatchWindow        Duration  `json:"batch_window,omitempty"`
 	Headroom           int       `json:"headroom,omitempty"`
+	ConsolidateAfter   Duration  `json:"consolidate_after,omitempty"`
 }
 
 // ScaleStep bounds one target-tracking step.
@@ -139,7 +140,7 @@ func (p *Pool) PolicyConfig() policy.Config {
 		ScaleInDatapoints: s.ScaleInDatapoints, MetricPeriod: time.Duration(s.MetricPeriod),
 		MinUtilization: s.MinUtilization, MinUnutilizedNodes: s.MinUnutilizedNodes,
 		ScaleDownDelay: time.Duration(s.ScaleDownDelay), BatchWindow: time.Duration(s.BatchWindow), Headroom: s.Headroom,
-		ProtectFirstNode: s.ProtectFirstNode,
+		ProtectFirstNode: s.ProtectFirstNode, ConsolidateAfter: time.Duration(s.ConsolidateAfter),
 	}
 }
 

@@ -52,6 +52,11 @@ type Config struct {
 	// Headroom is the number of spare nodes the tide policy keeps (default 0).
 	Headroom int
 
+	// ConsolidateAfter is how long a node must be empty before the
+	// karpenter policy consolidates it (Karpenter's consolidateAfter; zero,
+	// Karpenter's default, consolidates at the next disruption poll).
+	ConsolidateAfter time.Duration
+
 	// ProtectFirstNode keeps the node with ordinal 0 out of every scale-down.
 	ProtectFirstNode bool
 }
@@ -90,7 +95,8 @@ func (c *Config) Validate() error {
 	setInt(&c.ScaleInDatapoints, 15)
 	setInt(&c.MinUtilization, 80)
 	for name, d := range map[string]time.Duration{"cooldown": c.Cooldown, "idle_timeout": c.IdleTimeout,
-		"metric_period": c.MetricPeriod, "scale_down_delay": c.ScaleDownDelay, "batch_window": c.BatchWindow} {
+		"metric_period": c.MetricPeriod, "scale_down_delay": c.ScaleDownDelay, "batch_window": c.BatchWindow,
+		"consolidate_after": c.ConsolidateAfter} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %v", name, d))
 		}
@@ -113,7 +119,7 @@ func (c *Config) Validate() error {
 	if c.MinStep > c.MaxStep {
 		errs = append(errs, fmt.Errorf("scale_step.min: %d is above scale_step.max %d", c.MinStep, c.MaxStep))
 	}
-	if (c.Policy == TargetTracking || c.Policy == Tide) && len(c.Offerings) == 0 {
+	if (c.Policy == TargetTracking || c.Policy == Tide || c.Policy == Karpenter || c.Policy == ClusterAutoscaler) && len(c.Offerings) == 0 {
 		errs = append(errs, fmt.Errorf("offerings: policy %s needs at least one offering", c.Policy))
 	}
 	return errors.Join(errs...)
@@ -143,6 +149,10 @@ func New(cfg Config) (Policy, error) {
 		return withPurchase(NewTargetTracking(cfg), cfg), nil
 	case Utilization:
 		return withPurchase(NewUtilization(cfg), cfg), nil
+	case Karpenter:
+		return NewKarpenter(cfg), nil
+	case ClusterAutoscaler:
+		return NewClusterAutoscaler(cfg), nil
 	default:
 		return NewTide(cfg), nil
 	}

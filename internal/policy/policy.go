@@ -6,9 +6,11 @@
 // State. It performs no I/O, reads no clock and keeps no hidden state, so the
 // same code runs in `tide up`, in `tide decide` and in the simulator.
 //
-// Four policies are built in (see New): skyward (seed 000's decision tree),
+// Six policies are built in (see New): skyward (seed 000's decision tree),
 // target-tracking (seed 002, ECS cluster auto scaling), utilization (seed 001,
-// the GPU NodeProvisioner) and tide (the default).
+// the GPU NodeProvisioner), tide (the default), and two peers modelled on
+// the documented defaults of the autoscalers users pick instead: karpenter
+// and cluster-autoscaler.
 package policy
 
 import (
@@ -26,10 +28,14 @@ const (
 	TargetTracking = "target-tracking"
 	Utilization    = "utilization"
 	Tide           = "tide"
+	// Karpenter and ClusterAutoscaler are the peers (karpenter.go,
+	// clusterautoscaler.go).
+	Karpenter         = "karpenter"
+	ClusterAutoscaler = "cluster-autoscaler"
 )
 
 // Names lists the built-in policies in the order tools show them.
-var Names = []string{Tide, Skyward, TargetTracking, Utilization}
+var Names = []string{Tide, Skyward, TargetTracking, Utilization, Karpenter, ClusterAutoscaler}
 
 // Policy decides a pool's desired node count. Implementations are pure and
 // safe for concurrent use: all state travels in Input.State and Decision.State.
@@ -93,6 +99,17 @@ type State struct {
 	LowDatapoints int `json:"low_datapoints,omitempty"`
 	// PendingSince is when the tide policy first saw the current backlog.
 	PendingSince time.Time `json:"pending_since,omitzero"`
+	// BatchGrewAt is when the karpenter policy last saw its backlog grow
+	// (the batch's idle window runs from it), and BatchQueued the backlog
+	// it saw last.
+	BatchGrewAt time.Time `json:"batch_grew_at,omitzero"`
+	BatchQueued int       `json:"batch_queued,omitempty"`
+	// LastLoop is when a peer policy last ran its periodic loop
+	// (cluster-autoscaler's scan, karpenter's provisioning requeue and
+	// disruption poll).
+	LastLoop time.Time `json:"last_loop,omitzero"`
+	// LastScaleUp is when the cluster-autoscaler policy last scaled up.
+	LastScaleUp time.Time `json:"last_scale_up,omitzero"`
 }
 
 // Reason explains a decision without allocating: a stable Code for metrics

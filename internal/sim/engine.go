@@ -145,6 +145,9 @@ type engine struct {
 	placeable       bool // placement may succeed since the last Place
 	touched         []*node
 
+	// recheck is the last decision's Recheck (the peer policies' loops).
+	recheck time.Time
+
 	// Scratch for the pressure report.
 	report capacity.Pressure
 
@@ -506,6 +509,7 @@ func (e *engine) evaluate() bool {
 	d := e.pol.Decide(policy.Input{Now: e.now, Desired: e.desired, Pressure: e.pressure(), State: e.state,
 		Unavailable: e.ctl.Unavailable(e.now)})
 	e.state = d.State
+	e.recheck = d.Recheck
 	if d.Desired == e.desired {
 		return false
 	}
@@ -584,6 +588,9 @@ func (e *engine) armWake() {
 	}
 	if !st.LastDatapoint.IsZero() {
 		add(st.LastDatapoint.Add(c.MetricPeriod))
+	}
+	if !e.recheck.IsZero() {
+		add(e.recheck)
 	}
 	for _, n := range e.idle {
 		add(n.idleSince.Add(c.IdleTimeout))

@@ -1,0 +1,35 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tide-project/tide/internal/policy"
+	"github.com/tide-project/tide/internal/trace"
+)
+
+// TestPeersReleaseEmptyNodesAsDocumented replays one 8-GPU job of an hour
+// under the peers: Karpenter consolidates the emptied node at its next
+// disruption poll (consolidateAfter 0 s), Cluster Autoscaler only after the
+// node is unneeded for 10 minutes, so CA bills about 10 minutes more.
+func TestPeersReleaseEmptyNodesAsDocumented(t *testing.T) {
+	cfg := mustConfig(t, gpuPool)
+	w := jobsWorkload(t, cfg, []trace.Job{gpuJob(0, time.Hour, 8, 1)})
+	k := mustRun(t, cfg, w, policy.Karpenter, 1)
+	ca := mustRun(t, cfg, w, policy.ClusterAutoscaler, 1)
+	for _, r := range []*Result{k, ca} {
+		if r.Unfinished != 0 || r.Disrupted != 0 || r.Machines != 1 {
+			t.Fatalf("%s: %d unfinished, %d disrupted, %d machines; want 0, 0, 1", r.Policy, r.Unfinished, r.Disrupted, r.Machines)
+		}
+	}
+	extra := time.Duration((ca.NodeHours - k.NodeHours) * float64(time.Hour))
+	if extra < 9*time.Minute || extra > 11*time.Minute {
+		t.Errorf("cluster-autoscaler billed %s more than karpenter (%.4f against %.4f node-hours); want about 10 min",
+			extra.Round(time.Second), ca.NodeHours, k.NodeHours)
+	}
+	t.Logf("karpenter %.4f node-hours, p50 %.0f s; cluster-autoscaler %.4f, p50 %.0f s", k.NodeHours, k.WaitP50, ca.NodeHours, ca.WaitP50)
+	// Karpenter's node goes within a poll and a reconcile tick of the job's end.
+	if over := time.Duration(k.NodeHours*float64(time.Hour)) - time.Hour - 100*time.Second; over > time.Minute {
+		t.Errorf("karpenter billed %s beyond the boot and the job", over.Round(time.Second))
+	}
+}
