@@ -241,7 +241,8 @@ func TestSimulateNotApplicable(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Policies) != 3 || len(rep.NA) != 1 || rep.NA[0].Policy != "utilization" || rep.NA[0].Reason == "" {
+	// Every policy but utilization: tide, the seeds and the two peers.
+	if len(rep.Policies) != 5 || len(rep.NA) != 1 || rep.NA[0].Policy != "utilization" || rep.NA[0].Reason == "" {
 		t.Errorf("json: %+v", rep)
 	}
 }
