@@ -63,7 +63,7 @@ func TestParseErrors(t *testing.T) {
 		{"not an object", `[]`, "spec:"},
 		{"no nodes", `{"provider":{"type":"kwok"},` + off + `}`, "spec.nodes: must be set"},
 		{"min above max", `{"nodes":{"min":3,"max":2},"provider":{"type":"kwok"},` + off + `}`, "spec.nodes"},
-		{"unknown provider", `{"nodes":{"min":0,"max":2},"provider":{"type":"aws"},` + off + `}`, "spec.provider.type: unknown provider"},
+		{"unknown provider", `{"nodes":{"min":0,"max":2},"provider":{"type":"gce"},` + off + `}`, "spec.provider.type: unknown provider"},
 		{"unknown field", `{"nodes":{"min":0,"max":2},"provider":{"type":"kwok"},"colour":1,` + off + `}`, "colour"},
 		{"bad policy", `{"nodes":{"min":0,"max":2},"provider":{"type":"kwok"},"scaling":{"policy":"magic"},` + off + `}`, "spec.scaling.policy"},
 		{"bad utilization", `{"nodes":{"min":0,"max":2},"provider":{"type":"kwok"},"scaling":{"policy":"utilization","min_utilization":101}}`, "spec.scaling.min_utilization"},
