@@ -275,24 +275,17 @@ func TestCtrlCDrainsEverything(t *testing.T) {
 // on one host), data dirs do not.
 func workerPID(t *testing.T, dir, machineID string) int {
 	t.Helper()
-	// Machine ids repeat across runs ("burst-0-1"), and other test runs on
-	// the same host (other worktrees) have workers of the same name: only a
-	// worker whose command line names this test's temporary directory (its
-	// data dir lives there) is ours to kill.
-	root := filepath.Dir(t.TempDir())
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil || !strings.Contains(string(cmdline), dir) {
-			continue
+			continue // not a process of this run
 		}
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 2 && args[1] == "worker" && slices.Contains(args, machineID) && strings.Contains(string(cmdline), dir) {
+		if len(args) > 2 && args[1] == "worker" && slices.Contains(args, machineID) {
 			var pid int
 			fmt.Sscan(e.Name(), &pid)
-			if strings.Contains(string(cmdline), root) {
-				return pid
-			}
+			return pid
 		}
 	}
 	t.Fatalf("no worker process for machine %s", machineID)
