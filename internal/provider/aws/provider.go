@@ -291,22 +291,35 @@ func fleetError(offering string, errs []types.CreateFleetError) error {
 	return errors.Join(out...)
 }
 
+// claim takes machine id's lock, admits the fence and reads the machine,
+// which must belong to pool: the start of every call that changes one
+// machine. The caller calls unlock when it is done (not on error).
+func (p *Provider) claim(ctx context.Context, pool string, f provider.Fence, id string) (provider.Machine, types.Instance, func(), error) {
+	l := p.lock(id)
+	l.Lock()
+	if err := p.admit(pool, f); err != nil {
+		l.Unlock()
+		return provider.Machine{}, types.Instance{}, nil, err
+	}
+	m, inst, err := p.owned(ctx, pool, id)
+	if err != nil {
+		l.Unlock()
+		return provider.Machine{}, types.Instance{}, nil, err
+	}
+	return m, inst, l.Unlock, nil
+}
+
 // Configure records the cluster binding in tags; the worker itself joins
 // with the bootstrap it got in its user data.
 func (p *Provider) Configure(ctx context.Context, req provider.ConfigureRequest) (provider.Ack, error) {
 	if err := req.Validate(); err != nil {
 		return provider.Ack{}, err
 	}
-	l := p.lock(req.MachineID)
-	l.Lock()
-	defer l.Unlock()
-	if err := p.admit(req.Pool, req.Fence); err != nil {
-		return provider.Ack{}, err
-	}
-	m, inst, err := p.owned(ctx, req.Pool, req.MachineID)
+	m, inst, unlock, err := p.claim(ctx, req.Pool, req.Fence, req.MachineID)
 	if err != nil {
 		return provider.Ack{}, err
 	}
+	defer unlock()
 	switch m.State {
 	case provider.Configuring, provider.Configured:
 		if m.Cluster == req.Cluster {
@@ -335,16 +348,11 @@ func (p *Provider) Drain(ctx context.Context, req provider.DrainRequest) (provid
 	if err := req.Validate(); err != nil {
 		return provider.Ack{}, err
 	}
-	l := p.lock(req.MachineID)
-	l.Lock()
-	defer l.Unlock()
-	if err := p.admit(req.Pool, req.Fence); err != nil {
-		return provider.Ack{}, err
-	}
-	m, inst, err := p.owned(ctx, req.Pool, req.MachineID)
+	m, inst, unlock, err := p.claim(ctx, req.Pool, req.Fence, req.MachineID)
 	if err != nil {
 		return provider.Ack{}, err
 	}
+	defer unlock()
 	switch m.State {
 	case provider.Configuring, provider.Configured:
 	case provider.Speculative, provider.Creating, provider.Idle, provider.Draining:
