@@ -28,7 +28,7 @@ type pool struct {
 	cfg     config.Pool
 	pol     policy.Policy
 	prov    provider.Provider // as built, not instrumented
-	journal *store.PoolJournal
+	journal controller.Journal
 	ctl     *controller.Controller
 	loop    *autoscale.Pool
 

@@ -25,7 +25,9 @@ const maxGroupInstances = 4096
 // or between two submits of the batch), each of its submits is retried
 // alone, so one bad submit fails only itself.
 type groupCommit struct {
-	st *store.Store
+	st interface {
+		InsertInstances(ctx context.Context, ins []store.Instance, now time.Time) error
+	}
 
 	mu      sync.Mutex
 	queue   []*groupEntry

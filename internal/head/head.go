@@ -46,7 +46,7 @@ const genBits = 32
 // Head is a running head. Its methods are safe for concurrent use.
 type Head struct {
 	cfg    Config
-	st     *store.Store
+	st     Store
 	clk    clock.Clock
 	log    *slog.Logger
 	epoch  int64
@@ -131,7 +131,7 @@ func New(ctx context.Context, cfg Config) (*Head, error) {
 			return nil, err
 		}
 	}
-	st, err := store.Open(ctx, cfg.dbPath(), store.Options{Durable: cfg.Durable, EventRetention: cfg.EventRetention})
+	st, err := openStore(ctx, cfg)
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("start head: %w", err)
@@ -159,7 +159,7 @@ func New(ctx context.Context, cfg Config) (*Head, error) {
 func (h *Head) Close() error { return errors.Join(h.st.Close(), h.lock.Close()) }
 
 // Store returns the head's store (for tests and tools in this module).
-func (h *Head) Store() *store.Store { return h.st }
+func (h *Head) Store() Store { return h.st }
 
 // Epoch returns this head's epoch.
 func (h *Head) Epoch() int64 { return h.epoch }
