@@ -438,4 +438,3 @@ func (j *PoolJournal) SetDesired(ctx context.Context, epoch uint64, desired int)
 	}
 	return nil
 }
-

@@ -93,7 +93,6 @@ func Run(t *testing.T, open Opener, journal JournalOpener) {
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-
 func newInst(id string) store.Instance {
 	return store.Instance{ID: id, Name: "n-" + id, Command: "echo " + id,
 		Requests: capacity.Resources{MilliCPU: 1000, Memory: 512 << 20}, Exclusive: true}
