@@ -226,6 +226,10 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error, notFoun
 		writeDetail(w, http.StatusBadRequest, fmt.Sprintf("An instance with name '%s' already exists.", nt.Name))
 	case errors.Is(err, store.ErrNotFound):
 		writeDetail(w, http.StatusNotFound, notFound)
+	case errors.Is(err, store.ErrUnavailable):
+		s.log.Warn("request failed: state store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeDetail(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		writeDetail(w, http.StatusServiceUnavailable, "Request cancelled")
 	default:

@@ -31,6 +31,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tide-project/tide/internal/store"
 )
 
 // DefaultPrefix is the key prefix of a store opened without one.
@@ -126,8 +128,8 @@ func (s *Store) Close() error {
 // one transaction (two keys each); a larger call commits in chunks.
 func (s *Store) MaxInsertBatch() int { return s.maxOps / 2 }
 
-// SetFence makes every fenced write (Assign, the journals' writes and
-// StartEpoch) also require that key exists with creation revision rev: a
+// SetFence makes every fenced write (Assign and the journals' writes)
+// also require that key exists with creation revision rev: a
 // head sets it to its election key when it becomes leader, so a deposed
 // leader's writes fail with ErrNotLeader instead of racing the new
 // leader's. rev 0 removes the fence.
@@ -148,7 +150,7 @@ func unavailable(err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("etcd unavailable (no quorum or no reachable member?): %w", err)
+	return fmt.Errorf("%w: etcd did not answer (no quorum, or no member reachable): %w", store.ErrUnavailable, err)
 }
 
 // txn is one optimistic transaction: reads at one revision, buffered

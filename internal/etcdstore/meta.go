@@ -17,11 +17,11 @@ import (
 	"github.com/tide-project/tide/internal/store"
 )
 
-// StartEpoch increments and returns the head epoch (a fenced write).
+// StartEpoch increments and returns the head epoch. Every head sharing the
+// cluster takes its own epoch at start.
 func (s *Store) StartEpoch(ctx context.Context) (int64, error) {
 	var e int64
 	err := s.update(ctx, "start epoch", func(t *txn) error {
-		t.fenced = true
 		b, err := t.get(s.kEpoch())
 		if err != nil {
 			return err

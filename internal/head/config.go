@@ -115,6 +115,19 @@ type Config struct {
 	// EventFollowMax bounds one GET /events?follow=1 stream; a client
 	// reconnects with since=<last id>. 1h when zero.
 	EventFollowMax time.Duration
+
+	// Store says where the state lives: "" or "sqlite" is tide.db under
+	// DataDir (one head); "etcd://host:2379,host:2379[/prefix]" is an etcd
+	// cluster several heads share, one of them leading (see ha.go).
+	Store string
+	// EtcdCA is the PEM CA of the etcd cluster's certificates: with it the
+	// head talks to etcd over TLS. EtcdCert and EtcdKey are the head's
+	// client certificate and key, when etcd asks for one.
+	EtcdCA, EtcdCert, EtcdKey string
+	// LeaseTTL is the lease of a leading head's election key: a standby
+	// takes over about this long after the leader's machine is lost. 3s
+	// when zero; etcd refuses less than its minimum (about 2s).
+	LeaseTTL time.Duration
 }
 
 // withDefaults returns cfg with defaults applied, or an error naming the
@@ -167,6 +180,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.DefaultGracePeriod > cfg.MaxGracePeriod {
 		return cfg, fmt.Errorf("head config: default_grace_period (%s) exceeds max_grace_period (%s)",
 			cfg.DefaultGracePeriod, cfg.MaxGracePeriod)
+	}
+	def(&cfg.LeaseTTL, 3*time.Second)
+	if _, _, err := ParseStoreURL(cfg.Store); err != nil {
+		return cfg, fmt.Errorf("head config: %w", err)
 	}
 	if cfg.EventRetention < 0 {
 		return cfg, fmt.Errorf("head config: event_retention must not be negative, got %d", cfg.EventRetention)

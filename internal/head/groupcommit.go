@@ -29,6 +29,10 @@ type groupCommit struct {
 		InsertInstances(ctx context.Context, ins []store.Instance, now time.Time) error
 	}
 
+	// max bounds the instances of one batch; maxGroupInstances when zero
+	// (a store with a smaller atomic batch says so with MaxInsertBatch).
+	max int
+
 	mu      sync.Mutex
 	queue   []*groupEntry
 	leading bool
@@ -59,7 +63,11 @@ func (g *groupCommit) insert(ctx context.Context, ins []store.Instance, now time
 	g.mu.Lock()
 	for len(g.queue) > 0 {
 		n, size := 0, 0
-		for n < len(g.queue) && (n == 0 || size+len(g.queue[n].ins) <= maxGroupInstances) {
+		limit := maxGroupInstances
+		if g.max > 0 {
+			limit = g.max
+		}
+		for n < len(g.queue) && (n == 0 || size+len(g.queue[n].ins) <= limit) {
 			size += len(g.queue[n].ins)
 			n++
 		}
@@ -95,4 +103,14 @@ func (g *groupCommit) commit(ctx context.Context, batch []*groupEntry, size int)
 	for _, e := range batch {
 		e.done <- g.st.InsertInstances(ctx, e.ins, e.now)
 	}
+}
+
+// newGroupCommit batches submits into st, at most st.MaxInsertBatch()
+// instances per batch when st says it (the etcd store: one transaction).
+func newGroupCommit(st Store) *groupCommit {
+	g := &groupCommit{st: st}
+	if b, ok := st.(interface{ MaxInsertBatch() int }); ok {
+		g.max = b.MaxInsertBatch()
+	}
+	return g
 }

@@ -76,6 +76,12 @@ type Head struct {
 	// poolStatus is Config.PoolStatus, replaced by SetPoolStatus.
 	poolStatus atomic.Pointer[func() []PoolStatus]
 
+	// ha is set when the store is etcd (ha.go); onLeadLocal holds
+	// WhileLeading's functions of a head on SQLite, under haMu.
+	ha          *ha
+	haMu        sync.Mutex
+	onLeadLocal []func(context.Context)
+
 	m metrics
 }
 
@@ -148,8 +154,9 @@ func New(ctx context.Context, cfg Config) (*Head, error) {
 		return nil, fmt.Errorf("start head: epoch %d overflows the wire generation", epoch)
 	}
 	h := &Head{cfg: cfg, st: st, lock: lock, clk: cfg.Clock, log: cfg.Logger, epoch: epoch, notify: newNotifier(),
-		evWake: newNotifier(), poke: make(chan struct{}, 1), inserts: &groupCommit{st: st}, m: newMetrics(cfg.Registry),
+		evWake: newNotifier(), poke: make(chan struct{}, 1), inserts: newGroupCommit(st), m: newMetrics(cfg.Registry),
 		changes: newChanges(), history: newHistory()}
+	h.ha = newHA(st)
 	h.SetPoolStatus(cfg.PoolStatus)
 	h.log.Info("head started", "epoch", epoch, "db", cfg.dbPath())
 	return h, nil
@@ -178,6 +185,7 @@ func (h *Head) Handler() http.Handler {
 		BodyTimeout: h.cfg.BodyTimeout}
 	opts.Extra = api.DashboardRoutes(h)
 	opts.Extra["POST /bootstrap"] = http.HandlerFunc(h.serveBootstrap)
+	opts.Extra["GET /leader"] = http.HandlerFunc(h.serveLeader)
 	if h.cfg.Registry != nil {
 		opts.Extra["GET /metrics"] = promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})
 	}
@@ -196,9 +204,8 @@ func (h *Head) Poke() {
 // RunLoops runs the scheduling and liveness loops until ctx is done.
 func (h *Head) RunLoops(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); h.scheduleLoop(ctx) }()
-	go func() { defer wg.Done(); h.livenessLoop(ctx) }()
+	wg.Add(2)
+	go func() { defer wg.Done(); h.runLeaderLoops(ctx) }() // ha.go
 	go func() { defer wg.Done(); h.historyLoop(ctx) }()
 	wg.Wait()
 }
@@ -393,6 +400,7 @@ func Run(ctx context.Context, cfg Config) error {
 func (h *Head) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
+	h.setListenAddr(ln.Addr())
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	loopsDone := make(chan struct{})
 	go func() { h.RunLoops(loopCtx); close(loopsDone) }()

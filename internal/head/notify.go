@@ -33,3 +33,13 @@ func (n *notifier) wake(worker string) {
 		delete(n.ch, worker)
 	}
 }
+
+// wakeAll releases every current waiter.
+func (n *notifier) wakeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for w, c := range n.ch {
+		close(c)
+		delete(n.ch, w)
+	}
+}

@@ -2,7 +2,18 @@ package head
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"strings"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/tide-project/tide/internal/etcdstore"
 
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/store"
@@ -72,11 +83,99 @@ func (s sqliteStore) Journal(pool string) (controller.Journal, error) {
 
 var _ Store = sqliteStore{}
 
-// openStore opens the store cfg names: the SQLite file under DataDir.
+// ParseStoreURL parses Config.Store: it returns the etcd endpoints (none
+// for SQLite) and the key prefix. The form is
+// etcd://host:port,host:port[/prefix]; the prefix defaults to /tide/.
+func ParseStoreURL(u string) (endpoints []string, prefix string, err error) {
+	if u == "" || u == "sqlite" {
+		return nil, "", nil
+	}
+	rest, ok := strings.CutPrefix(u, "etcd://")
+	if !ok {
+		return nil, "", fmt.Errorf("store %q: want sqlite or etcd://host:port,...[/prefix]", u)
+	}
+	hosts, path, _ := strings.Cut(rest, "/")
+	for _, h := range strings.Split(hosts, ",") {
+		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
+			return nil, "", fmt.Errorf("store %q: endpoint %q: want host:port", u, h)
+		}
+		endpoints = append(endpoints, h)
+	}
+	prefix = etcdstore.DefaultPrefix
+	if path = strings.Trim(path, "/"); path != "" {
+		prefix = "/" + path + "/"
+	}
+	return endpoints, prefix, nil
+}
+
+// openStore opens the store cfg names: the SQLite file under DataDir, or
+// the etcd cluster of cfg.Store.
 func openStore(ctx context.Context, cfg Config) (Store, error) {
+	eps, prefix, err := ParseStoreURL(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	if len(eps) > 0 {
+		return openEtcd(ctx, cfg, eps, prefix)
+	}
 	st, err := store.Open(ctx, cfg.dbPath(), store.Options{Durable: cfg.Durable, EventRetention: cfg.EventRetention})
 	if err != nil {
 		return nil, err
 	}
 	return sqliteStore{st}, nil
 }
+
+// openEtcd connects to the etcd cluster (TLS when cfg.EtcdCA is set) and
+// checks that it answers.
+func openEtcd(ctx context.Context, cfg Config, eps []string, prefix string) (Store, error) {
+	scheme := "http://"
+	var tlsCfg *tls.Config
+	if cfg.EtcdCA != "" {
+		scheme = "https://"
+		pem, err := os.ReadFile(cfg.EtcdCA)
+		if err != nil {
+			return nil, fmt.Errorf("etcd ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("etcd ca %s: no PEM certificate in it", cfg.EtcdCA)
+		}
+		tlsCfg = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		if cfg.EtcdCert != "" {
+			cert, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
+			if err != nil {
+				return nil, fmt.Errorf("etcd client certificate: %w", err)
+			}
+			tlsCfg.Certificates = []tls.Certificate{cert}
+		}
+	}
+	urls := make([]string, len(eps))
+	for i, e := range eps {
+		urls[i] = scheme + e
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second, TLS: tlsCfg,
+		Logger: zap.NewNop(), DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("etcd %v: %w", urls, err)
+	}
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Get(c, prefix+"meta/epoch"); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcd %v: %w", urls, err)
+	}
+	st, err := etcdstore.New(cli, etcdstore.Options{Prefix: prefix, EventRetention: cfg.EventRetention})
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return etcdStore{st}, nil
+}
+
+// etcdStore is the etcd store; Close closes its client too.
+type etcdStore struct{ *etcdstore.Store }
+
+// Close closes the etcd client.
+func (s etcdStore) Close() error { return s.Client().Close() }
+
+var _ Store = etcdStore{}
