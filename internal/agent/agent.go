@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +30,8 @@ import (
 // loop, except where noted.
 type Agent struct {
 	cfg Config
+	// head indexes cfg.heads: the head this worker talks to (heads.go).
+	head atomic.Int32
 	log *slog.Logger
 	clk clock.Clock
 
@@ -529,7 +532,8 @@ func (a *Agent) post(ctx context.Context, path, bearer string, body, out any) (i
 	if err != nil {
 		return 0, fmt.Errorf("encode request: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.HeadURL+path, bytes.NewReader(raw))
+	base := a.headURL()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(raw))
 	if err != nil {
 		return 0, fmt.Errorf("build request: %w", err)
 	}
@@ -539,9 +543,15 @@ func (a *Agent) post(ctx context.Context, path, bearer string, body, out any) (i
 	}
 	resp, err := a.cfg.HTTPClient.Do(req)
 	if err != nil {
+		if ctx.Err() == nil {
+			a.nextHead(base, err)
+		}
 		return 0, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		a.nextHead(base, errors.New("head answered 503"))
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return resp.StatusCode, fmt.Errorf("read answer: %w", err)

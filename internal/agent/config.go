@@ -31,7 +31,9 @@ const (
 // Config configures a worker. Zero fields take the defaults listed.
 type Config struct {
 	// HeadURL is the head's base URL ("http://host:8000"); "host:port" is
-	// accepted too, as PyLet's worker does. Required.
+	// accepted too, as PyLet's worker does. Required. Several heads of one
+	// cluster (heads sharing etcd) are separated by commas: the worker
+	// talks to one and moves to the next when it does not answer.
 	HeadURL string
 	// Name is the worker's stable name, which target_worker refers to. When
 	// empty, the name stored in DataDir is used, else the stored id.
@@ -111,6 +113,9 @@ type Config struct {
 	HTTPClient *http.Client
 	// OnReady is called once the worker is registered and serving logs.
 	OnReady func(Info)
+
+	// heads are the parsed HeadURL list (withDefaults).
+	heads []string
 }
 
 // Info describes a running worker.
@@ -131,11 +136,15 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.HeadURL == "" {
 		return cfg, errors.New("worker config: head URL is required")
 	}
-	u, err := parseHeadURL(cfg.HeadURL)
-	if err != nil {
-		return cfg, err
+	cfg.heads = nil
+	for _, h := range strings.Split(cfg.HeadURL, ",") {
+		u, err := parseHeadURL(strings.TrimSpace(h))
+		if err != nil {
+			return cfg, err
+		}
+		cfg.heads = append(cfg.heads, u.String())
 	}
-	cfg.HeadURL = u.String()
+	cfg.HeadURL = cfg.heads[0]
 	if cfg.DataDir == "" {
 		return cfg, errors.New("worker config: data_dir is required")
 	}

@@ -281,17 +281,25 @@ func headURL(scheme string, addr net.Addr) string {
 // component that stopped by itself, if any.
 func (a *Assembly) Run(ctx context.Context) error {
 	defer a.h.Close()
+	poolCtx, stopPools := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPools()
+	ha := a.h.Leader().HA
+	if ha {
+		// Several heads share etcd: the pools run on the leader only,
+		// from each takeover until the lead is lost (ha.go in head).
+		a.h.WhileLeading(func(lead context.Context) { a.leadPools(poolCtx, lead) })
+	}
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServing()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- a.h.Serve(serveCtx, a.ln) }()
 
-	poolCtx, stopPools := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopPools()
 	a.mu.Lock()
 	a.runCtx = poolCtx
-	for _, name := range a.order {
-		a.pools[name].start(poolCtx, a)
+	if !ha {
+		for _, name := range a.order {
+			a.pools[name].start(poolCtx, a)
+		}
 	}
 	n := len(a.order)
 	a.mu.Unlock()
@@ -439,5 +447,29 @@ func (a *Assembly) event(pool, typ, reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	if err := a.h.RecordEvent(context.Background(), head.Event{Pool: pool, Type: typ, Reason: reason, Message: msg}); err != nil {
 		a.log.Warn("recording an event", "err", err, "reason", reason, "message", msg)
+	}
+}
+
+// leadPools runs every pool while this head leads (heads on etcd): their
+// controllers start, raising their journal epochs, so the previous
+// leader's controllers are fenced off; when the lead ends they halt,
+// leaving their machines to the next leader.
+func (a *Assembly) leadPools(run, lead context.Context) {
+	ctx, cancel := context.WithCancel(run)
+	defer cancel()
+	stop := context.AfterFunc(lead, cancel)
+	defer stop()
+	a.mu.Lock()
+	pools := make([]*pool, 0, len(a.order))
+	for _, name := range a.order {
+		p := a.pools[name]
+		p.start(ctx, a)
+		pools = append(pools, p)
+	}
+	a.mu.Unlock()
+	a.log.Info("leading: pools started", "pools", len(pools))
+	<-ctx.Done()
+	for _, p := range pools {
+		p.halt()
 	}
 }

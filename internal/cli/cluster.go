@@ -139,6 +139,11 @@ running pools are untouched.`,
 	f.DurationVar(&cfg.DefaultGracePeriod, "grace-period", 30*time.Second, "default SIGTERM→SIGKILL grace period of a cancel")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&configPath, "config", "", "pools configuration (YAML) to autoscale; re-read on SIGHUP")
+	f.StringVar(&cfg.Store, "store", "", "where the state lives: sqlite (default, under --data-dir) or etcd://host:2379,host:2379[/prefix], shared by several heads of which one leads")
+	f.StringVar(&cfg.EtcdCA, "etcd-ca", "", "with --store etcd://: PEM CA of etcd's certificates (talk TLS to etcd)")
+	f.StringVar(&cfg.EtcdCert, "etcd-cert", "", "with --etcd-ca: client certificate (PEM) presented to etcd")
+	f.StringVar(&cfg.EtcdKey, "etcd-key", "", "with --etcd-cert: its private key (PEM)")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 3*time.Second, "with --store etcd://: the leader's election lease; a standby takes over about this long after the leader dies")
 	return cmd
 }
 
