@@ -32,8 +32,8 @@ type Agent struct {
 	cfg Config
 	// head indexes cfg.heads: the head this worker talks to (heads.go).
 	head atomic.Int32
-	log *slog.Logger
-	clk clock.Clock
+	log  *slog.Logger
+	clk  clock.Clock
 
 	id       identity
 	workerID string
