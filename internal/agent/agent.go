@@ -30,10 +30,11 @@ import (
 // loop, except where noted.
 type Agent struct {
 	cfg Config
+	log *slog.Logger
+	clk clock.Clock
+
 	// head indexes cfg.heads: the head this worker talks to (heads.go).
 	head atomic.Int32
-	log  *slog.Logger
-	clk  clock.Clock
 
 	id       identity
 	workerID string
