@@ -3,17 +3,16 @@ package etcdstore_test
 import (
 	"context"
 	"errors"
-	"sync"
-	"time"
-
 	"fmt"
-	"github.com/tide-project/tide/internal/store"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/etcdstore"
 	"github.com/tide-project/tide/internal/fleet/etcdtest"
+	"github.com/tide-project/tide/internal/store"
 	"github.com/tide-project/tide/internal/store/storetest"
 )
 
