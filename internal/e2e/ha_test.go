@@ -249,6 +249,7 @@ func TestHAFailover(t *testing.T) {
 		accepted  = map[string]string{} // name -> id
 		retryable atomic.Int64
 		lost      []string
+		wrong     []string // answers that are neither success nor retryable
 	)
 	subDone := make(chan struct{})
 	srng := rand.New(rand.NewPCG(seed, 15))
@@ -281,6 +282,15 @@ func TestHAFailover(t *testing.T) {
 						ok = true
 					}
 				default:
+					// Retryable: the head is gone (a transport error) or
+					// cannot reach its store (503). Anything else is a
+					// wrong answer.
+					var ce *client.Error
+					if errors.As(err, &ce) && ce.StatusCode != http.StatusServiceUnavailable {
+						mu.Lock()
+						wrong = append(wrong, fmt.Sprintf("%s: %v", name, err))
+						mu.Unlock()
+					}
 					retryable.Add(1)
 					time.Sleep(50 * time.Millisecond)
 				}
@@ -329,6 +339,9 @@ func TestHAFailover(t *testing.T) {
 		len(takeovers), p(0.5).Round(time.Millisecond), p(0.99).Round(time.Millisecond), takeovers[len(takeovers)-1].Round(time.Millisecond))
 	if max := takeovers[len(takeovers)-1]; max > 5*time.Second {
 		t.Errorf("a takeover took %s, want within 5s", max)
+	}
+	if len(wrong) > 0 {
+		t.Errorf("%d submissions got an answer that is not retryable: %v", len(wrong), wrong)
 	}
 	if len(lost) > 0 {
 		t.Fatalf("%d submissions never accepted after 200 tries: %v", len(lost), lost)
