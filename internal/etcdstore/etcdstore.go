@@ -210,6 +210,53 @@ func (t *txn) get(key string) ([]byte, error) {
 	return t.vals[key], nil
 }
 
+// prefetch reads the keys t has not read yet in one request (at t's
+// revision), so that the gets that follow need no round trip each.
+func (t *txn) prefetch(keys ...string) error {
+	var ops []clientv3.Op
+	var want []string
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if _, ok := t.read[k]; ok || seen[k] {
+			continue
+		}
+		if _, ok := t.writes[k]; ok {
+			continue
+		}
+		seen[k] = true
+		want = append(want, k)
+	}
+	for len(want) > 0 {
+		n := min(len(want), t.s.maxOps)
+		ops = ops[:0]
+		for _, k := range want[:n] {
+			var opts []clientv3.OpOption
+			if t.rev != 0 {
+				opts = append(opts, clientv3.WithRev(t.rev))
+			}
+			ops = append(ops, clientv3.OpGet(k, opts...))
+		}
+		c, cancel := t.s.ctx(t.ctx)
+		resp, err := t.s.cli.Txn(c).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return unavailable(err)
+		}
+		if t.rev == 0 {
+			t.rev = resp.Header.Revision
+		}
+		for i, r := range resp.Responses {
+			k := want[i]
+			t.read[k], t.vals[k] = 0, nil
+			if kvs := r.GetResponseRange().Kvs; len(kvs) == 1 {
+				t.read[k], t.vals[k] = kvs[0].ModRevision, kvs[0].Value
+			}
+		}
+		want = want[n:]
+	}
+	return nil
+}
+
 // getJSON decodes key's value into v and reports whether it exists.
 func (t *txn) getJSON(key string, v any) (bool, error) {
 	b, err := t.get(key)

@@ -447,6 +447,13 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb store.HeartbeatInput, now
 			return fmt.Errorf("heartbeat %s: worker: %w", hb.WorkerID, store.ErrNotFound)
 		}
 		w.Status, w.LastHeartbeatAt, w.BootID = store.WorkerOnline, now.UTC(), hb.BootID
+		keys := make([]string, 0, len(hb.Reports))
+		for _, r := range hb.Reports {
+			keys = append(keys, s.kInstance(r.InstanceID))
+		}
+		if err := t.prefetch(keys...); err != nil {
+			return fmt.Errorf("heartbeat %s: %w", hb.WorkerID, err)
+		}
 		reported := map[string]bool{}
 		for _, r := range hb.Reports {
 			reported[r.InstanceID] = true
@@ -471,6 +478,9 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb store.HeartbeatInput, now
 		if hb.SeenGen >= 0 {
 			ids, err := t.placedIDs(hb.WorkerID)
 			if err != nil {
+				return fmt.Errorf("heartbeat %s: %w", hb.WorkerID, err)
+			}
+			if err := t.prefetch(t.instanceKeys(ids)...); err != nil {
 				return fmt.Errorf("heartbeat %s: %w", hb.WorkerID, err)
 			}
 			for _, id := range ids {
@@ -526,6 +536,13 @@ func (s *Store) Assign(ctx context.Context, as []store.Assignment, now time.Time
 		err := s.update(ctx, "assign", func(t *txn) error {
 			t.fenced = true
 			got = got[:0]
+			keys := make([]string, 0, 3*len(chunk))
+			for _, a := range chunk {
+				keys = append(keys, s.kInstance(a.InstanceID), s.kWorker(a.Worker), s.kCordon(a.Worker))
+			}
+			if err := t.prefetch(keys...); err != nil {
+				return fmt.Errorf("assign: %w", err)
+			}
 			workers := map[string]*store.Worker{}
 			for _, a := range chunk {
 				old, err := t.getInstance(a.InstanceID)
@@ -633,4 +650,13 @@ func (s *Store) RequestCancel(ctx context.Context, id string, grace time.Duratio
 		return store.CancelResult{}, err
 	}
 	return res, nil
+}
+
+// instanceKeys returns the keys of the instances ids.
+func (t *txn) instanceKeys(ids []string) []string {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = t.s.kInstance(id)
+	}
+	return keys
 }

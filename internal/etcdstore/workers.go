@@ -224,6 +224,9 @@ func (t *txn) lost(worker string, allowed func(store.Status) bool, elseStatus st
 	if err != nil {
 		return err
 	}
+	if err := t.prefetch(t.instanceKeys(ids)...); err != nil {
+		return err
+	}
 	for _, id := range ids {
 		old, err := t.getInstance(id)
 		if err != nil {
