@@ -99,6 +99,9 @@ type Assembly struct {
 	env  Env
 	// errs receives the error of a component that stopped by itself.
 	errs chan error
+	// led is set once this head has led (heads on etcd): a later term
+	// builds fresh controllers, since the last term's may be deposed.
+	led bool
 
 	mu sync.Mutex
 	// pools holds the running pools by name, retiring ones included;
@@ -463,9 +466,18 @@ func (a *Assembly) leadPools(run, lead context.Context) {
 	pools := make([]*pool, 0, len(a.order))
 	for _, name := range a.order {
 		p := a.pools[name]
+		if a.led {
+			np, err := a.newPool(ctx, p.cfg, nil, p.prov)
+			if err != nil {
+				a.log.Error("leading again: rebuilding a pool's controller failed; the pool stays stopped", "pool", name, "err", err)
+				continue
+			}
+			a.pools[name], p = np, np
+		}
 		p.start(ctx, a)
 		pools = append(pools, p)
 	}
+	a.led = true
 	a.mu.Unlock()
 	a.log.Info("leading: pools started", "pools", len(pools))
 	<-ctx.Done()
