@@ -75,6 +75,8 @@ type Head struct {
 	checked map[string]bool
 	// poolStatus is Config.PoolStatus, replaced by SetPoolStatus.
 	poolStatus atomic.Pointer[func() []PoolStatus]
+	// cert is what the TLS listener presents (AddTLSHosts reissues it).
+	cert serverCert
 
 	m metrics
 }
@@ -393,6 +395,12 @@ func Run(ctx context.Context, cfg Config) error {
 func (h *Head) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
+	if h.cfg.TLSCertFile != "" && h.cert.cur.Load() == nil {
+		if err := h.cert.load(h.cfg.TLSCertFile, h.cfg.TLSKeyFile); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	loopsDone := make(chan struct{})
 	go func() { h.RunLoops(loopCtx); close(loopsDone) }()
@@ -400,7 +408,8 @@ func (h *Head) Serve(ctx context.Context, ln net.Listener) error {
 	go func() {
 		h.log.Info("head listening", "addr", ln.Addr().String(), "tls", h.cfg.TLSCertFile != "")
 		if h.cfg.TLSCertFile != "" {
-			serveErr <- srv.ServeTLS(ln, h.cfg.TLSCertFile, h.cfg.TLSKeyFile)
+			srv.TLSConfig = h.cert.tlsConfig()
+			serveErr <- srv.ServeTLS(ln, "", "")
 		} else {
 			serveErr <- srv.Serve(ln)
 		}
