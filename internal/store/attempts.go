@@ -33,7 +33,7 @@ const (
 // the instance had: COMPLETED for exit 0, LOST when the worker was lost,
 // FAILED otherwise.
 var attemptsSchema = `
-CREATE TABLE attempts (
+CREATE TABLE IF NOT EXISTS attempts (
 	instance_id TEXT NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
 	attempt     INTEGER NOT NULL,
 	worker_id   TEXT NOT NULL,
@@ -46,7 +46,7 @@ CREATE TABLE attempts (
 	PRIMARY KEY (instance_id, attempt)
 );
 
-CREATE TRIGGER attempts_begin AFTER UPDATE OF attempt ON instances
+CREATE TRIGGER IF NOT EXISTS attempts_begin AFTER UPDATE OF attempt ON instances
 WHEN NEW.attempt > OLD.attempt
 BEGIN
 	INSERT OR REPLACE INTO attempts (instance_id, attempt, worker_id, status, assigned_at)
@@ -55,7 +55,7 @@ BEGIN
 	DELETE FROM attempts WHERE instance_id = NEW.id AND attempt <= NEW.attempt - ` + strconv.Itoa(MaxAttemptHistory) + `;
 END;
 
-CREATE TRIGGER attempts_progress AFTER UPDATE ON instances
+CREATE TRIGGER IF NOT EXISTS attempts_progress AFTER UPDATE ON instances
 WHEN NEW.attempt = OLD.attempt AND NEW.attempt > 0 AND (NEW.status IS NOT OLD.status
 	OR NEW.started_at IS NOT OLD.started_at OR NEW.exit_code IS NOT OLD.exit_code
 	OR NEW.failure_reason IS NOT OLD.failure_reason)
@@ -76,7 +76,7 @@ BEGIN
 	WHERE instance_id = NEW.id AND attempt = NEW.attempt AND ended_at IS NULL;
 END;
 
-INSERT INTO attempts (instance_id, attempt, worker_id, status, assigned_at, started_at, ended_at, exit_code, reason)
+INSERT OR IGNORE INTO attempts (instance_id, attempt, worker_id, status, assigned_at, started_at, ended_at, exit_code, reason)
 SELECT id, attempt, COALESCE(assigned_worker, ''), status, COALESCE(assigned_at, queued_at), started_at,
 	ended_at, exit_code, failure_reason
 FROM instances WHERE attempt > 0 AND status != 'PENDING';
