@@ -16,6 +16,7 @@ import (
 //
 //	GET  /watch                   ?since=V: long-polls until the head's change version differs from V
 //	GET  /history                 ?pool=P&since=SEQ: pool status samples and cost
+//	GET  /instances/{id}/attempts every recorded attempt of an instance, oldest first
 //	POST /workers/{id}/cordon     stop placing new instances on a worker
 //	POST /workers/{id}/uncordon   resume placing
 //
@@ -44,6 +45,36 @@ type HistorySource interface {
 type Cordoner interface {
 	// Cordon stops (on) or resumes (off) placing new instances on worker.
 	Cordon(ctx context.Context, worker string, on bool) error
+}
+
+// MaxListLimit bounds GET /instances?limit=N (tide's extension: the newest
+// N matching instances, with X-Total-Count saying how many match).
+const MaxListLimit = 100000
+
+// InstanceCounter counts the instances a filter matches, for the
+// X-Total-Count header of a limited GET /instances.
+type InstanceCounter interface {
+	// CountInstances returns how many instances match f (its Limit aside).
+	CountInstances(ctx context.Context, f store.Filter) (int, error)
+}
+
+// AttemptSource returns an instance's attempt history.
+type AttemptSource interface {
+	// Attempts returns the recorded attempts of the instance with this id.
+	Attempts(ctx context.Context, instanceID string) ([]store.AttemptRecord, error)
+}
+
+// AttemptJSON is one attempt of GET /instances/{id}/attempts. Times are
+// in PyLet's format and null when not (yet) known.
+type AttemptJSON struct {
+	Attempt    int64   `json:"attempt"`
+	Worker     string  `json:"worker"`
+	Status     string  `json:"status"`
+	AssignedAt *string `json:"assigned_at"`
+	StartedAt  *string `json:"started_at"`
+	EndedAt    *string `json:"ended_at"`
+	ExitCode   *int    `json:"exit_code"`
+	Reason     string  `json:"reason"`
 }
 
 // WatchJSON is GET /watch's answer.
@@ -135,6 +166,26 @@ func history(w http.ResponseWriter, r *http.Request, src HistorySource) {
 	if err != nil {
 		writeDetail(w, http.StatusInternalServerError, "Internal server error")
 		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) attempts(w http.ResponseWriter, r *http.Request, in *store.Instance) {
+	src, ok := s.b.(AttemptSource)
+	if !ok {
+		writeDetail(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	as, err := src.Attempts(r.Context(), in.ID)
+	if err != nil {
+		s.fail(w, r, err, "Instance not found")
+		return
+	}
+	out := make([]AttemptJSON, len(as))
+	for i, a := range as {
+		out[i] = AttemptJSON{Attempt: a.Attempt, Worker: a.Worker, Status: string(a.Status),
+			AssignedAt: timePtr(a.AssignedAt), StartedAt: timePtr(a.StartedAt), EndedAt: timePtr(a.EndedAt),
+			ExitCode: a.ExitCode, Reason: a.Reason}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -7,13 +7,14 @@
 // Routes (Go 1.22 mux patterns):
 //
 //	POST   /instances                       submit (200 {"instance_id"})
-//	GET    /instances                       ?status=S&label=k=v&label=k2=v2
+//	GET    /instances                       ?status=S&label=k=v&label=k2=v2&pool=P&limit=N (newest N; X-Total-Count)
 //	DELETE /instances                       ?status=S (terminal only)
 //	GET    /instances/{id}                  and /instances/by-name/{name}
 //	GET    /instances/{id}/endpoint         and /instances/by-name/{name}/endpoint
 //	GET    /instances/{id}/result           202 while unfinished
 //	POST   /instances/{id}/cancel           ?grace_period_seconds=N
 //	GET    /instances/{id}/logs             ?offset=&limit= (proxied to the worker)
+//	GET    /instances/{id}/attempts         the attempt history (tide's extension)
 //	DELETE /instances/{id}                  and /instances/by-name/{name}
 //	POST   /workers                         register (join token)
 //	GET    /workers, /workers/{id}
@@ -358,6 +359,22 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 		p := q.Get("pool")
 		f.Pool = &p
 	}
+	if q.Has("limit") {
+		n, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || n < 1 || n > MaxListLimit {
+			writeDetail(w, http.StatusBadRequest, fmt.Sprintf("Invalid limit %q: want 1 to %d", q.Get("limit"), MaxListLimit))
+			return
+		}
+		f.Limit = n
+		if c, ok := s.b.(InstanceCounter); ok {
+			total, err := c.CountInstances(r.Context(), f)
+			if err != nil {
+				s.fail(w, r, err, "")
+				return
+			}
+			w.Header().Set("X-Total-Count", strconv.Itoa(total))
+		}
+	}
 	ins, err := s.b.Instances(r.Context(), f)
 	if err != nil {
 		s.fail(w, r, err, "")
@@ -386,6 +403,8 @@ func (s *server) instanceSub(w http.ResponseWriter, r *http.Request) {
 		s.byID(s.result)(w, r)
 	case "logs":
 		s.logs(w, r)
+	case "attempts":
+		s.byID(s.attempts)(w, r)
 	default:
 		writeDetail(w, http.StatusNotFound, "Not Found")
 	}

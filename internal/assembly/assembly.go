@@ -160,24 +160,14 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 	hc.Route = a.route
 	hc.PoolStatus = a.status
 	hc.OnListen = nil
+	gws, err := a.netnsGateways(source, pools, listenHost(hc.Addr))
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
 	if hc.TLSAuto {
 		// The certificate the head makes names the bridges of netns pools,
 		// which exist only once their providers start.
-		for _, pc := range pools {
-			if pc.Provider.Type != "netns" {
-				continue
-			}
-			nc, err := netnsConfig(pc, a.env)
-			if err == nil {
-				var g netip.Addr
-				if g, err = netns.PlanGateway(nc); err == nil {
-					hc.TLSHosts = append(slices.Clip(hc.TLSHosts), g.String())
-				}
-			}
-			if err != nil {
-				return nil, &ConfigError{fmt.Errorf("%s: pool %q: provider: %w", source, pc.Name, err)}
-			}
-		}
+		hc.TLSHosts = append(slices.Clip(hc.TLSHosts), gws...)
 	}
 	// The head's settings are checked first: refused, they leave the data
 	// dir alone.
@@ -484,4 +474,44 @@ func (a *Assembly) leadPools(run, lead context.Context) {
 	for _, p := range pools {
 		p.halt()
 	}
+}
+
+// netnsGateways returns the bridge addresses the netns pools among pools
+// will give their machines the head at: what a --tls auto certificate must
+// name for those machines to verify it. It refuses such a pool, before its
+// provider makes anything, when the head listens on host and host is a
+// loopback address: a namespace cannot reach it there.
+func (a *Assembly) netnsGateways(source string, pools []config.Pool, host string) ([]string, error) {
+	var out []string
+	for _, pc := range pools {
+		if pc.Provider.Type != "netns" {
+			continue
+		}
+		nc, err := netnsConfig(pc, a.env)
+		if err == nil {
+			var g netip.Addr
+			if g, err = netns.PlanGateway(nc); err == nil {
+				out = append(out, g.String())
+				if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+					err = fmt.Errorf("its machines cannot reach a head on %s: listen on %s or every address (--addr)", host, g)
+				}
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: pool %q: provider: %w", source, pc.Name, err)
+		}
+	}
+	return out, nil
+}
+
+// listenHost is the host part of a head's listen address (Config.Addr);
+// the loopback address when it is empty, as the head does.
+func listenHost(addr string) string {
+	if addr == "" {
+		return "127.0.0.1"
+	}
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }

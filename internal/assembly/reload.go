@@ -106,6 +106,16 @@ func (a *Assembly) Reload(f *config.File) error {
 		a.rejected(err)
 		return err
 	}
+	// Machines of a netns pool added now reach the head at its bridge: a
+	// --tls auto certificate must name it before they boot.
+	gws, err := a.netnsGateways(source, f.Pools, listenHost(a.ln.Addr().String()))
+	if err == nil {
+		err = a.h.AddTLSHosts(gws...)
+	}
+	if err != nil {
+		a.rejected(err)
+		return err
+	}
 	ctx := context.Background()
 	var added, changed, removed, same []string
 	var failed []error

@@ -43,6 +43,9 @@ func (t *txn) putInstance(old, in *store.Instance) error {
 	if err := t.putJSON(t.s.kInstance(in.ID), in); err != nil {
 		return err
 	}
+	if err := t.recordAttempt(old, in); err != nil {
+		return err
+	}
 	var oldKey, newKey string
 	if old != nil && old.Status.Active() && old.AssignedWorker != "" {
 		oldKey = t.s.kPlaced(old.AssignedWorker, old.ID)
@@ -264,6 +267,7 @@ func (s *Store) ListInstances(ctx context.Context, f store.Filter) ([]*store.Ins
 func (t *txn) deleteInstance(in *store.Instance) {
 	t.del(t.s.kInstance(in.ID))
 	t.del(t.s.kName(in.Name))
+	t.ranges = append(t.ranges, clientv3.OpDelete(t.s.kAttempts(in.ID), clientv3.WithPrefix()))
 }
 
 // DeleteInstance removes a terminal instance. It returns store.ErrNotFound
@@ -291,7 +295,8 @@ func (s *Store) DeleteInstance(ctx context.Context, id string) error {
 
 // DeleteTerminalInstances removes every terminal instance, or only those in
 // status when it is set (it must then be terminal), in transactions of at
-// most MaxTxnOps/2 instances. It returns their ids.
+// most MaxTxnOps/3 instances (three deletes each: record, name, history).
+// It returns their ids.
 func (s *Store) DeleteTerminalInstances(ctx context.Context, status store.Status) ([]string, error) {
 	if status != "" && !status.Terminal() {
 		return nil, fmt.Errorf("delete instances: status %s: %w", status, store.ErrNotTerminal)
@@ -308,7 +313,7 @@ func (s *Store) DeleteTerminalInstances(ctx context.Context, status store.Status
 	}
 	var ids []string
 	for len(cand) > 0 {
-		n := min(len(cand), s.maxOps/2)
+		n := min(len(cand), s.maxOps/3)
 		chunk := cand[:n]
 		cand = cand[n:]
 		var done []string
@@ -436,6 +441,38 @@ func (t *txn) placedIDs(worker string) ([]string, error) {
 // ApplyHeartbeat records a heartbeat in one transaction, as the SQLite
 // store's ApplyHeartbeat does. store.ErrNotFound when the worker is unknown.
 func (s *Store) ApplyHeartbeat(ctx context.Context, hb store.HeartbeatInput, now time.Time) (store.HeartbeatResult, error) {
+	// A report changes up to three keys (record, placement, attempt): a
+	// heartbeat with more reports than fit one transaction is applied in
+	// chunks, each fenced per report as one would be, the unconfirmed
+	// cancels (SeenGen) with the last.
+	chunk := max(s.maxOps/4, 1)
+	var total store.HeartbeatResult
+	for len(hb.Reports) > chunk {
+		part := hb
+		part.Reports, part.SeenGen = hb.Reports[:chunk], -1
+		res, err := s.applyHeartbeat(ctx, part, now)
+		if err != nil {
+			return store.HeartbeatResult{}, err
+		}
+		total = addResults(total, res)
+		hb.Reports = hb.Reports[chunk:]
+	}
+	res, err := s.applyHeartbeat(ctx, hb, now)
+	if err != nil {
+		return store.HeartbeatResult{}, err
+	}
+	return addResults(total, res), nil
+}
+
+func addResults(a, b store.HeartbeatResult) store.HeartbeatResult {
+	a.Changed += b.Changed
+	a.Requeued += b.Requeued
+	a.Freed += b.Freed
+	a.Started = append(a.Started, b.Started...)
+	return a
+}
+
+func (s *Store) applyHeartbeat(ctx context.Context, hb store.HeartbeatInput, now time.Time) (store.HeartbeatResult, error) {
 	var res store.HeartbeatResult
 	err := s.update(ctx, "heartbeat "+hb.WorkerID, func(t *txn) error {
 		res = store.HeartbeatResult{}
@@ -515,8 +552,10 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, hb store.HeartbeatInput, now
 	return res, nil
 }
 
-// assignChunk bounds the placements of one transaction (three keys each).
-func (s *Store) assignChunk() int { return max(s.maxOps/4, 1) }
+// assignChunk bounds the placements of one transaction: three keys each
+// (record, placement, attempt), the worker's, and room for the deletes that
+// bound attempt histories.
+func (s *Store) assignChunk() int { return max(s.maxOps/5, 1) }
 
 // Assign applies placements, as the SQLite store's Assign does: each
 // applies only if the instance is still PENDING at the given attempt with

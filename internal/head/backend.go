@@ -25,7 +25,11 @@ import (
 	"github.com/tide-project/tide/internal/store"
 )
 
-var _ api.Backend = (*Head)(nil)
+var (
+	_ api.Backend         = (*Head)(nil)
+	_ api.AttemptSource   = (*Head)(nil)
+	_ api.InstanceCounter = (*Head)(nil)
+)
 
 // Limits on submitted fields.
 const (
@@ -218,6 +222,16 @@ func validName(n string) error {
 // Instance returns one instance.
 func (h *Head) Instance(ctx context.Context, id string) (*store.Instance, error) {
 	return h.st.GetInstance(ctx, id)
+}
+
+// CountInstances counts the instances f matches.
+func (h *Head) CountInstances(ctx context.Context, f store.Filter) (int, error) {
+	return h.st.CountInstances(ctx, f)
+}
+
+// Attempts returns an instance's recorded attempts, oldest first.
+func (h *Head) Attempts(ctx context.Context, id string) ([]store.AttemptRecord, error) {
+	return h.st.Attempts(ctx, id)
 }
 
 // InstanceByName returns one instance by name.

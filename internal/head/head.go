@@ -75,6 +75,8 @@ type Head struct {
 	checked map[string]bool
 	// poolStatus is Config.PoolStatus, replaced by SetPoolStatus.
 	poolStatus atomic.Pointer[func() []PoolStatus]
+	// cert is what the TLS listener presents (AddTLSHosts reissues it).
+	cert serverCert
 
 	// ha is set when the store is etcd (ha.go); onLeadLocal holds
 	// WhileLeading's functions of a head on SQLite, under haMu.
@@ -400,6 +402,12 @@ func Run(ctx context.Context, cfg Config) error {
 func (h *Head) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
+	if h.cfg.TLSCertFile != "" && h.cert.cur.Load() == nil {
+		if err := h.cert.load(h.cfg.TLSCertFile, h.cfg.TLSKeyFile); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	h.setListenAddr(ln.Addr())
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	loopsDone := make(chan struct{})
@@ -408,7 +416,8 @@ func (h *Head) Serve(ctx context.Context, ln net.Listener) error {
 	go func() {
 		h.log.Info("head listening", "addr", ln.Addr().String(), "tls", h.cfg.TLSCertFile != "")
 		if h.cfg.TLSCertFile != "" {
-			serveErr <- srv.ServeTLS(ln, h.cfg.TLSCertFile, h.cfg.TLSKeyFile)
+			srv.TLSConfig = h.cert.tlsConfig()
+			serveErr <- srv.ServeTLS(ln, "", "")
 		} else {
 			serveErr <- srv.Serve(ln)
 		}

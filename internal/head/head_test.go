@@ -813,3 +813,70 @@ func TestRunServesAndStops(t *testing.T) {
 		t.Fatal("Run did not stop")
 	}
 }
+
+// TestAttemptsRoute: GET /instances/{id}/attempts lists every attempt with
+// its worker and outcome, by id or answering 404 for an unknown one.
+func TestAttemptsRoute(t *testing.T) {
+	e := newEnv(t, nil)
+	tok := e.register("w1", 0)
+	id := e.submit(obj{"command": "x", "restart_policy": "on-failure", "max_restarts": 1})
+	e.schedule()
+	e.heartbeat("w1", tok, -1, api.InstanceReport{InstanceID: id, Attempt: 1, Status: "FAILED", ExitCode: ip(2),
+		FailureReason: "exit status 2"})
+	e.schedule()
+	e.heartbeat("w1", tok, -1, api.InstanceReport{InstanceID: id, Attempt: 2, Status: "RUNNING"})
+	var as []api.AttemptJSON
+	if code := e.do("GET", "/instances/"+id+"/attempts", nil, &as); code != 200 {
+		t.Fatalf("GET attempts: %d", code)
+	}
+	if len(as) != 2 || as[0].Status != "FAILED" || as[0].Reason != "exit status 2" || as[0].ExitCode == nil ||
+		*as[0].ExitCode != 2 || as[0].EndedAt == nil || as[1].Status != "RUNNING" || as[1].Worker != "w1" ||
+		as[1].StartedAt == nil || as[1].EndedAt != nil {
+		t.Fatalf("attempts = %+v", as)
+	}
+	var out obj
+	if code := e.do("GET", "/instances/nope/attempts", nil, &out); code != 404 {
+		t.Fatalf("attempts of unknown: %d %v", code, out)
+	}
+}
+
+// TestListLimit: GET /instances?limit=N answers the newest N matching
+// instances with X-Total-Count saying how many match; a bad limit is a 400
+// naming it.
+func TestListLimit(t *testing.T) {
+	e := newEnv(t, nil)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, e.submit(obj{"command": "x", "labels": obj{"odd": fmt.Sprint(i%2 == 1)}}))
+		e.clk.Advance(time.Second)
+	}
+	get := func(query string) ([]api.InstanceJSON, string) {
+		t.Helper()
+		resp, err := e.srv.Client().Get(e.srv.URL + "/instances?" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out []api.InstanceJSON
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /instances?%s: %d %v", query, resp.StatusCode, err)
+		}
+		return out, resp.Header.Get("X-Total-Count")
+	}
+	got, total := get("limit=2")
+	if len(got) != 2 || total != "5" || got[0].InstanceID != ids[4] || got[1].InstanceID != ids[3] {
+		t.Fatalf("limit=2: %d instances, total %q; want the newest 2 of 5", len(got), total)
+	}
+	if got, total = get("limit=1&label=odd=true"); len(got) != 1 || total != "2" || got[0].InstanceID != ids[3] {
+		t.Fatalf("limit=1 odd: %d, total %q", len(got), total)
+	}
+	if got, total = get(""); len(got) != 5 || total != "" {
+		t.Fatalf("no limit: %d, total %q; want all, no count", len(got), total)
+	}
+	for _, bad := range []string{"0", "-1", "x", "100001"} {
+		var out obj
+		if code := e.do("GET", "/instances?limit="+bad, nil, &out); code != 400 || !strings.Contains(fmt.Sprint(out["detail"]), "limit") {
+			t.Errorf("limit=%s: %d %v, want 400 naming limit", bad, code, out)
+		}
+	}
+}

@@ -169,9 +169,9 @@ type Filter struct {
 	Limit  int
 }
 
-// ListInstances returns the matching instances, newest first (PyLet's order).
-// Label keys and values are bound as parameters, never interpolated.
-func (s *Store) ListInstances(ctx context.Context, f Filter) ([]*Instance, error) {
+// instanceWhere is the WHERE clause (with its leading " WHERE ", or "")
+// and arguments selecting f's instances.
+func instanceWhere(f Filter) (string, []any) {
 	var (
 		where []string
 		args  []any
@@ -188,10 +188,28 @@ func (s *Store) ListInstances(ctx context.Context, f Filter) ([]*Instance, error
 		where = append(where, "EXISTS (SELECT 1 FROM instance_labels l WHERE l.instance_id = i.id AND l.key = ? AND l.value = ?)")
 		args = append(args, k, v)
 	}
-	q := `SELECT ` + instanceCols + ` FROM instances i`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
+	if len(where) == 0 {
+		return "", nil
 	}
+	return " WHERE " + strings.Join(where, " AND "), args
+}
+
+// CountInstances returns how many instances match f (its Limit aside).
+func (s *Store) CountInstances(ctx context.Context, f Filter) (int, error) {
+	where, args := instanceWhere(f)
+	var n int
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM instances i`+where, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count instances: %w", err)
+	}
+	return n, nil
+}
+
+// ListInstances returns the matching instances, newest first (PyLet's order),
+// at most f.Limit of them when it is positive. Label keys and values are
+// bound as parameters, never interpolated.
+func (s *Store) ListInstances(ctx context.Context, f Filter) ([]*Instance, error) {
+	where, args := instanceWhere(f)
+	q := `SELECT ` + instanceCols + ` FROM instances i` + where
 	q += " ORDER BY i.created_at DESC, i.id DESC"
 	if f.Limit > 0 {
 		q += " LIMIT ?"

@@ -222,6 +222,8 @@ CREATE INDEX instance_allocations_worker ON instance_allocations(worker_id);
 	cordonSchema + eventsSchema,
 	// 4: machines' join credentials (credentials.go).
 	credentialsSchema,
+	// 5: every attempt of an instance (attempts.go).
+	attemptsSchema,
 }
 
 // SchemaVersion is the number of migrations this build knows.

@@ -278,6 +278,33 @@ func TestDashboardDrivesAScalingPool(t *testing.T) {
 	waitJS(t, ctx, 30*time.Second, "the page shows the cancel", `document.querySelector('main dl').textContent.includes('CANCELLED')`)
 	screenshot(t, ctx, shots, "07-cancelled")
 
+	// An instance retried by its restart policy: its page lists every
+	// attempt with its outcome, newest first.
+	for _, id := range ids[1:] {
+		if _, err := cl.Cancel(context.Background(), id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failCmd, policy, retries, failName := "echo trying; exit 3", "on-failure", 2, "dash-retried"
+	res, err := cl.Submit(context.Background(), &api.SubmitRequest{Command: &failCmd, Name: &failName,
+		RestartPolicy: &policy, MaxRestarts: &retries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, 10*time.Second, chromedp.Navigate(base+"/ui/#/instances/"+res.InstanceID))
+	waitJS(t, ctx, 90*time.Second, "three failed attempts listed",
+		`Array.from(document.querySelectorAll('table[aria-labelledby="attempts-h"] tbody tr')).filter(r => r.cells[2].textContent === 'FAILED' && r.cells[6].textContent === '3').length === 3`)
+	var order string
+	eval(t, ctx, `Array.from(document.querySelectorAll('table[aria-labelledby="attempts-h"] tbody tr')).map(r => r.cells[0].textContent).join(',')`, &order)
+	if order != "3,2,1" {
+		t.Errorf("attempts listed as %s, want 3,2,1 (newest first)", order)
+	}
+	eval(t, ctx, a11yCheck, &problems)
+	if len(problems) > 0 {
+		t.Errorf("instance page accessibility: %s", fmtProblems(problems))
+	}
+	screenshot(t, ctx, shots, "07b-attempts")
+
 	// Events and workers pages.
 	run(t, ctx, 10*time.Second, chromedp.Navigate(base+"/ui/#/events?reason=Desired"))
 	waitJS(t, ctx, 30*time.Second, "scale events listed", `document.querySelectorAll('main table tbody tr').length > 0`)

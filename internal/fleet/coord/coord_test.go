@@ -258,7 +258,11 @@ func TestConcurrentFirstContact(t *testing.T) {
 	env := fleettest.New(t, etcdstate.ShardSpec{ID: 1, Quota: fleettest.Quota(1, 0, 0)},
 		etcdstate.ShardSpec{ID: 2, Quota: fleettest.Quota(1, 0, 0)},
 		etcdstate.ShardSpec{ID: 3, Quota: fleettest.Quota(1, 0, 0)})
-	start(t, env.Shard(1), env.Shard(2), env.Shard(3))
+	// Not a test of lease expiry: a longer lease keeps the shards live when
+	// a loaded machine delays their keepalives past the default second
+	// (which failed once at load 20 with "no live shard to assign it to").
+	long := func(c *shardctl.Config) { c.LeaseTTL = 10 * time.Second }
+	start(t, env.Shard(1, long), env.Shard(2, long), env.Shard(3, long))
 	a, _ := replica(t, env, "a")
 	b, _ := replica(t, env, "b")
 	const clusters, callers = 30, 8

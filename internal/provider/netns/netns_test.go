@@ -38,7 +38,7 @@ func newTest(t *testing.T, root string) *Provider {
 func newTestGated(t *testing.T, root string, gated bool) (*Provider, *local.Gate) {
 	t.Helper()
 	skipUnlessSupported(t)
-	n := 100 + subnets.Add(1)%150
+	n := 100 + subnets.Add(1)%100 // 10.231.100-199; internal/up takes 200-249, internal/assembly 250
 	p, g, err := newProvider(Config{
 		Root:   root,
 		Prefix: fmt.Sprintf("tt%d", n),

@@ -280,7 +280,7 @@ func testLargeBatches(t *testing.T, open Opener) {
 		rs = append(rs, store.Report{InstanceID: a.InstanceID, Attempt: a.Attempt, Status: store.ReportCompleted, ExitCode: ip(0)})
 	}
 	for len(rs) > 0 {
-		n := min(len(rs), 30)
+		n := min(len(rs), 150) // more reports than one etcd transaction holds
 		if res := report(t, s, "w", -1, rs[:n]...); res.Changed != n {
 			t.Fatalf("heartbeat changed %d, want %d", res.Changed, n)
 		}

@@ -33,6 +33,8 @@ type Store interface {
 	ApplyHeartbeat(ctx context.Context, in store.HeartbeatInput, now time.Time) (store.HeartbeatResult, error)
 	Assign(ctx context.Context, as []store.Assignment, now time.Time) ([]store.Assignment, error)
 	RequestCancel(ctx context.Context, id string, grace time.Duration, now time.Time) (store.CancelResult, error)
+	CountInstances(ctx context.Context, f store.Filter) (int, error)
+	Attempts(ctx context.Context, instanceID string) ([]store.AttemptRecord, error)
 	RegisterWorker(ctx context.Context, r store.Registration, now time.Time) (*store.Worker, error)
 	GetWorker(ctx context.Context, id string) (*store.Worker, error)
 	ListWorkers(ctx context.Context) ([]*store.Worker, error)
@@ -84,6 +86,8 @@ func Run(t *testing.T, open Opener, journal JournalOpener) {
 		{"Credentials", testCredentials},
 		{"ConcurrentAssignPlacesOnce", testConcurrentAssignPlacesOnce},
 		{"LargeBatches", testLargeBatches},
+		{"AttemptHistory", testAttemptHistory},
+		{"CountInstances", testCountInstances},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })

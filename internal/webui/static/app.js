@@ -68,6 +68,7 @@
           var err = new Error(typeof body.detail === "string" ? body.detail : ("HTTP " + r.status));
           err.status = r.status; throw err;
         }
+        if (opts.total) return {items: body, total: +(r.headers.get("X-Total-Count") || body.length)};
         return body;
       });
     });
@@ -479,11 +480,17 @@
   function instances(r) {
     var p = r.params;
     return {refresh: function () {
-      return api("/instances" + q({status: p.status, pool: p.pool, label: p.label})).then(function (ins) {
-        if (p.name) ins = ins.filter(function (i) { return (i.name || "").indexOf(p.name) >= 0; });
-        ins.sort(function (a, b) { return a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0; });
+      // The head sends the newest MAX_ROWS and the count; a name filter is
+      // applied here, so it reads them all.
+      return api("/instances" + q({status: p.status, pool: p.pool, label: p.label, limit: p.name ? null : MAX_ROWS}),
+        {total: true}).then(function (got) {
+        var ins = got.items, total = got.total;
+        if (p.name) {
+          ins = ins.filter(function (i) { return (i.name || "").indexOf(p.name) >= 0; });
+          total = ins.length;
+        }
         r.box.innerHTML = "<h1>Instances</h1>" + filterForm("/instances", [["status", "Status", p.status, STATUSES], ["pool", "Pool", p.pool],
-          ["label", "Label (k=v)", p.label], ["name", "Name contains", p.name]]) + instanceTable(ins.slice(0, MAX_ROWS), ins.length);
+          ["label", "Label (k=v)", p.label], ["name", "Name contains", p.name]]) + instanceTable(ins.slice(0, MAX_ROWS), total);
       });
     }};
   }
@@ -526,7 +533,9 @@
     return {
       stop: function () { logs.stopped = true; clearTimeout(logs.timer); },
       refresh: function () {
-        return api("/instances/" + encodeURIComponent(id)).then(function (i) {
+        var path = "/instances/" + encodeURIComponent(id);
+        return Promise.all([api(path), api(path + "/attempts")]).then(function (got) {
+          var i = got[0], tries = got[1] || [];
           var first = !inst;
           inst = i;
           var admin = isAdmin();
@@ -539,10 +548,8 @@
             kv("endpoint", i.endpoint || "") + "</dl>" +
             (admin && !terminal(i.status) ? '<p><button type="button" data-action="cancel" data-id="' + esc(i.instance_id) +
               '" data-name="' + esc(i.name || i.instance_id) + '">Cancel instance</button></p>' : "") +
-            "<h2>Attempts</h2><table><thead><tr><th scope=col class=num>attempt</th><th scope=col>worker</th><th scope=col>created</th><th scope=col>assigned</th><th scope=col>started</th><th scope=col>ended</th><th scope=col>restarts</th></tr></thead><tbody>" +
-            "<tr><td class=num>" + i.attempt + "</td><td>" + esc(i.assigned_to) + "</td><td>" + esc(i.created_at) + "</td><td>" + esc(i.assigned_at) +
-            "</td><td>" + esc(i.started_at) + "</td><td>" + esc(i.ended_at) + "</td><td>" + i.restarts + " of " + i.max_restarts + " (" + esc(i.restart_policy) + ")</td></tr></tbody></table>" +
-            (i.attempt > 1 ? "<p class=muted>Earlier attempts ran before a requeue or restart; the head keeps only the latest attempt's times.</p>" : "") +
+            '<h2 id="attempts-h">Attempts</h2><p class=muted>created ' + esc(i.created_at) + "; restarts " + i.restarts + " of " +
+            i.max_restarts + " (" + esc(i.restart_policy) + ")</p>" + attemptTable(tries) +
             '<h2 id="logs-h">Logs <small class=muted>' + (terminal(i.status) ? "" : "(followed live)") + "</small></h2>" +
             '<pre class="logs" id="logs" tabindex="0" aria-labelledby="logs-h"></pre>';
           r.box.innerHTML = html;
@@ -550,6 +557,19 @@
           if (first || !logs.busy) { clearTimeout(logs.timer); pollLogs(); }
         });
       }};
+  }
+
+  // attemptTable lists an instance's attempts, newest first.
+  function attemptTable(tries) {
+    if (!tries.length) return "<p class=muted>Not placed yet.</p>";
+    var html = '<table aria-labelledby="attempts-h"><thead><tr><th scope=col class=num>attempt</th><th scope=col>worker</th><th scope=col>outcome</th>' +
+      "<th scope=col>assigned</th><th scope=col>started</th><th scope=col>ended</th><th scope=col class=num>exit code</th><th scope=col>reason</th></tr></thead><tbody>";
+    tries.slice().reverse().forEach(function (a) {
+      html += "<tr><td class=num>" + a.attempt + "</td><td>" + (a.worker ? "<a href='#/nodes/" + encodeURIComponent(a.worker) + "'>" + esc(a.worker) + "</a>" : "") +
+        "</td><td>" + esc(a.status) + "</td><td>" + esc(a.assigned_at || "") + "</td><td>" + esc(a.started_at || "") + "</td><td>" +
+        esc(a.ended_at || "") + "</td><td class=num>" + (a.exit_code === null ? "" : a.exit_code) + "</td><td>" + esc(a.reason) + "</td></tr>";
+    });
+    return html + "</tbody></table>";
   }
 
   function eventTable(evs) {
