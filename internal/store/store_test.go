@@ -127,4 +127,3 @@ func mustDesired(t *testing.T, s *Store, w string) DesiredState {
 	}
 	return ds
 }
-
