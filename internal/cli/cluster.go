@@ -70,7 +70,13 @@ With --config FILE the head also runs the pools of FILE (the YAML of tide up
 --config): one autoscaler per pool, the same code tide up runs. SIGHUP re-reads
 FILE: new pools start, changed pools keep their machines, removed pools drain
 and release theirs; a file that fails validation is refused as a whole and the
-running pools are untouched.`,
+running pools are untouched.
+
+With --store etcd://host:2379,... the state lives in etcd instead, and several
+heads may share it: one leads (it places instances and runs the pools), every
+head serves the whole API, and a standby takes over within about --lease-ttl
+when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
+(docs/etcd-store.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Port < 0 || cfg.Port > 65535 {
@@ -307,7 +313,7 @@ and a credential that registers only that machine.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cf.head, "head", "", "head URL (env "+client.EnvHead+", default "+client.DefaultHead+")")
+	f.StringVar(&cf.head, "head", "", "head URL, or several heads of one cluster separated by commas (env "+client.EnvHead+", default "+client.DefaultHead+")")
 	f.StringVar(&cf.token, "token", "", "admin token, used to join when no join token is given (env "+client.EnvToken+")")
 	f.StringVar(&cf.caCert, "ca-cert", "", "PEM file of the CA that signed the head's TLS certificate")
 	f.StringVar(&bootstrapFile, "bootstrap", "", "join with a bootstrap blob: a file, or - for standard input (sets the head, CA, pool, name and credential)")

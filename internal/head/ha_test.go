@@ -193,3 +193,39 @@ func TestHAStandbyServesAndLeaderPlaces(t *testing.T) {
 		t.Fatalf("fenced assign changed the instance: %s", got.Status)
 	}
 }
+
+func TestParseStoreURL(t *testing.T) {
+	tests := []struct {
+		in      string
+		eps     []string
+		prefix  string
+		wantErr string
+	}{
+		{"", nil, "", ""},
+		{"sqlite", nil, "", ""},
+		{"etcd://127.0.0.1:2379", []string{"127.0.0.1:2379"}, "/tide/", ""},
+		{"etcd://a:1,b:2,c:3/team-x", []string{"a:1", "b:2", "c:3"}, "/team-x/", ""},
+		{"etcd://[::1]:2379//deep/er/", []string{"[::1]:2379"}, "/deep/er/", ""},
+		{"etcd://a", nil, "", `endpoint "a": want host:port`},
+		{"etcd://a:1,,b:2", nil, "", `endpoint "": want host:port`},
+		{"postgres://x", nil, "", "want sqlite or etcd://"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			eps, prefix, err := ParseStoreURL(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || strings.Join(eps, " ") != strings.Join(tc.eps, " ") || prefix != tc.prefix {
+				t.Fatalf("= %v %q %v, want %v %q", eps, prefix, err, tc.eps, tc.prefix)
+			}
+		})
+	}
+	if _, err := New(context.Background(), Config{DataDir: t.TempDir(), Store: "etcd://nohost"}); err == nil ||
+		!strings.HasPrefix(err.Error(), "head config: store") {
+		t.Fatalf("New with a bad store: %v, want a head config error naming the store", err)
+	}
+}
