@@ -110,6 +110,10 @@ type Assembly struct {
 	order    []string
 	routes   []config.Pool // the config's pools, for routing
 	runCtx   context.Context
+	// ha is set when the head shares etcd with others: pools run only while
+	// it leads, under leadCtx (nil when it does not lead).
+	ha      bool
+	leadCtx context.Context
 	stopping bool
 	wg       sync.WaitGroup
 }
@@ -288,7 +292,7 @@ func (a *Assembly) Run(ctx context.Context) error {
 	go func() { serveErr <- a.h.Serve(serveCtx, a.ln) }()
 
 	a.mu.Lock()
-	a.runCtx = poolCtx
+	a.runCtx, a.ha = poolCtx, ha
 	if !ha {
 		for _, name := range a.order {
 			a.pools[name].start(poolCtx, a)
@@ -453,7 +457,8 @@ func (a *Assembly) leadPools(run, lead context.Context) {
 	stop := context.AfterFunc(lead, cancel)
 	defer stop()
 	a.mu.Lock()
-	pools := make([]*pool, 0, len(a.order))
+	a.leadCtx = ctx
+	n := 0
 	for _, name := range a.order {
 		p := a.pools[name]
 		if a.led {
@@ -462,18 +467,42 @@ func (a *Assembly) leadPools(run, lead context.Context) {
 				a.log.Error("leading again: rebuilding a pool's controller failed; the pool stays stopped", "pool", name, "err", err)
 				continue
 			}
+			np.retiring = p.retiring
 			a.pools[name], p = np, np
 		}
 		p.start(ctx, a)
-		pools = append(pools, p)
+		if p.retiring {
+			// Removed by a reload while another head led (or before this
+			// term): drained now.
+			a.retire(p)
+		}
+		n++
 	}
 	a.led = true
 	a.mu.Unlock()
-	a.log.Info("leading: pools started", "pools", len(pools))
+	a.log.Info("leading: pools started", "pools", n)
 	<-ctx.Done()
+	// The pools running now, those a reload started during the term too.
+	a.mu.Lock()
+	a.leadCtx = nil
+	pools := make([]*pool, 0, len(a.pools))
+	for _, p := range a.pools {
+		pools = append(pools, p)
+	}
+	a.mu.Unlock()
 	for _, p := range pools {
 		p.halt()
 	}
+}
+
+// poolsCtx is what pools run under: the run's context, or on a head that
+// shares etcd the current term's (nil when it does not lead, or before
+// Run). Called with a.mu held.
+func (a *Assembly) poolsCtx() context.Context {
+	if a.ha {
+		return a.leadCtx
+	}
+	return a.runCtx
 }
 
 // netnsGateways returns the bridge addresses the netns pools among pools

@@ -177,10 +177,11 @@ func (a *Assembly) Reload(f *config.File) error {
 	return nil
 }
 
-// startPool runs p if the assembly runs. Called with a.mu held.
+// startPool runs p if the assembly runs (and, on a head that shares etcd,
+// leads: a standby's pools start when it takes over). Called with a.mu held.
 func (a *Assembly) startPool(p *pool) {
-	if a.runCtx != nil {
-		p.start(a.runCtx, a)
+	if ctx := a.poolsCtx(); ctx != nil {
+		p.start(ctx, a)
 	}
 }
 
@@ -229,12 +230,15 @@ func (a *Assembly) retire(p *pool) {
 	p.ctl.SetBounds(capacity.Fixed(0))
 	a.event(p.cfg.Name, controller.TypeNormal, ReasonPoolRemoving,
 		"pool %s removed from the config: draining its nodes as their work ends, then releasing its machines", p.cfg.Name)
-	if a.runCtx == nil {
+	ctx := a.poolsCtx()
+	if ctx == nil && a.ha && a.runCtx != nil {
+		return // a standby: the pool is drained when this head leads
+	}
+	if ctx == nil {
 		delete(a.pools, p.cfg.Name)
 		p.release()
 		return
 	}
-	ctx := a.runCtx
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
