@@ -106,14 +106,14 @@ type Assembly struct {
 	mu sync.Mutex
 	// pools holds the running pools by name, retiring ones included;
 	// order is the config's order, then the retiring ones.
-	pools    map[string]*pool
-	order    []string
-	routes   []config.Pool // the config's pools, for routing
-	runCtx   context.Context
+	pools  map[string]*pool
+	order  []string
+	routes []config.Pool // the config's pools, for routing
+	runCtx context.Context
 	// ha is set when the head shares etcd with others: pools run only while
 	// it leads, under leadCtx (nil when it does not lead).
-	ha      bool
-	leadCtx context.Context
+	ha       bool
+	leadCtx  context.Context
 	stopping bool
 	wg       sync.WaitGroup
 }
