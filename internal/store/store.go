@@ -222,6 +222,8 @@ CREATE INDEX instance_allocations_worker ON instance_allocations(worker_id);
 	cordonSchema + eventsSchema,
 	// 4: machines' join credentials (credentials.go).
 	credentialsSchema,
+	// 5: instances that consolidation may move (Instance.Restartable).
+	`ALTER TABLE instances ADD COLUMN restartable INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // SchemaVersion is the number of migrations this build knows.
