@@ -66,7 +66,13 @@ type Instance struct {
 	// StartedAt is when its current attempt started (assignment): the work
 	// a move loses runs from then. Zero counts as no work lost.
 	StartedAt time.Time
+	// Count is how many identical instances the entry stands for (started
+	// together; the simulator's groups); 0 counts as 1.
+	Count int
 }
+
+// count is the number of instances the entry stands for.
+func (in *Instance) count() int { return max(in.Count, 1) }
 
 // Node is one node of the pool.
 type Node struct {
@@ -127,9 +133,11 @@ type Move struct {
 	// Node and Ordinal name the node.
 	Node    string
 	Ordinal int
-	// Instances are the ids of the instances to move (restartable, not
-	// daemons), in the order given.
+	// Instances are the ids of the entries to move (restartable, not
+	// daemons), in the order given; Count is the number of instances they
+	// stand for.
 	Instances []string
+	Count     int
 	// Saving is the node's price over the horizon, in currency units.
 	Saving float64
 	// LostWork is the cost of the work the move throws away, in the same
@@ -143,7 +151,7 @@ type Move struct {
 // String says what the move does and why, for events and logs.
 func (m Move) String() string {
 	return fmt.Sprintf("node %s (%.0f %% used): moving %d restartable instances elsewhere saves $%.2f over the horizon against $%.2f of lost work (%.2f instance-hours)",
-		m.Node, m.Utilization, len(m.Instances), m.Saving, m.LostWork, m.LostHours)
+		m.Node, m.Utilization, m.Count, m.Saving, m.LostWork, m.LostHours)
 }
 
 // Decision is Decide's answer.
@@ -249,6 +257,7 @@ func Decide(cfg Config, in Input) Decision {
 		for j := range n.Instances {
 			if !n.Instances[j].Daemon {
 				m.Instances = append(m.Instances, n.Instances[j].ID)
+				m.Count += n.Instances[j].count()
 			}
 		}
 		d.Moves = append(d.Moves, m)
@@ -333,7 +342,7 @@ func lostWork(n *Node, now time.Time) (cost, hours float64) {
 		if in.Daemon || in.StartedAt.IsZero() || !now.After(in.StartedAt) {
 			continue
 		}
-		h := now.Sub(in.StartedAt).Hours()
+		h := now.Sub(in.StartedAt).Hours() * float64(in.count())
 		hours += h
 		cost += h * n.PricePerHour * min(share(in.Requests, n.Capacity), 1)
 	}
@@ -355,7 +364,7 @@ func fits(n *Node, nodes []Node, free []capacity.Resources, dest []bool) ([]capa
 	var groups []capacity.Pending
 	for i := range n.Instances {
 		if !n.Instances[i].Daemon {
-			groups = append(groups, capacity.Pending{Requests: n.Instances[i].Requests, Count: 1})
+			groups = append(groups, capacity.Pending{Requests: n.Instances[i].Requests, Count: n.Instances[i].count()})
 		}
 	}
 	res := binpack.Pack(groups, nil, binpack.WithFree(space), binpack.WithMaxNew(0))

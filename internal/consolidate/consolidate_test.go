@@ -173,8 +173,26 @@ func TestMoveFigures(t *testing.T) {
 	m := d.Moves[0]
 	// Saving $4 × 2 h; lost: a1 ran 2 h holding 25 % of a $4 node = $2.
 	if m.Saving != 8 || m.LostWork != 2 || m.LostHours != 2 || m.Utilization != 50 ||
-		strings.Join(m.Instances, ",") != "a1,a2" {
+		strings.Join(m.Instances, ",") != "a1,a2" || m.Count != 2 {
 		t.Fatalf("move %+v", m)
+	}
+}
+
+// TestCountedEntries: an entry standing for several instances packs as
+// that many and loses that many times the work.
+func TestCountedEntries(t *testing.T) {
+	g := cores("g", 1, true, time.Hour)
+	g.Count = 3
+	nodes := []Node{node8("a", 0, g), node8("b", 1, cores("b1", 4, false, time.Hour))}
+	d := Decide(on(Config{Horizon: 4 * time.Hour}), Input{Now: noon, Nodes: nodes})
+	if len(d.Moves) != 1 || d.Moves[0].Count != 3 || d.Moves[0].LostHours != 3 {
+		t.Fatalf("moves %+v (%s)", d.Moves, d.Reason)
+	}
+	g.Count = 5 // 5 cores do not fit b's 4 free ones
+	nodes[0].Instances[0] = g
+	if d := Decide(on(Config{Horizon: 4 * time.Hour, MaxUtilization: 100}), Input{Now: noon, Nodes: nodes}); len(d.Moves) != 0 ||
+		!strings.Contains(d.Reason, "fits no other node") {
+		t.Fatalf("5 instances of a core moved into 4 free cores: %+v (%s)", d.Moves, d.Reason)
 	}
 }
 
