@@ -12,8 +12,10 @@
 //
 //   - the node is under-used: its allocation is at most MaxUtilization % of
 //     its capacity in every dimension;
-//   - every instance on it is restartable (daemons aside) and none is
-//     marked do-not-disrupt, and the node is neither protected nor cordoned;
+//   - every instance on it is restartable (daemons aside), none is marked
+//     do-not-disrupt and none was moved before (an instance moves at most
+//     once, so churn never starves it), and the node is neither protected
+//     nor cordoned;
 //   - its instances all fit the free space of the pool's other busy nodes
 //     (binpack.Pack, first fit decreasing, no new node), after the moves
 //     already chosen in the same decision;
@@ -69,6 +71,9 @@ type Instance struct {
 	// Count is how many identical instances the entry stands for (started
 	// together; the simulator's groups); 0 counts as 1.
 	Count int
+	// Moved: it was moved (or restarted) before. It is not moved again, so
+	// that churn can never keep an instance from finishing.
+	Moved bool
 }
 
 // count is the number of instances the entry stands for.
@@ -228,6 +233,7 @@ func Decide(cfg Config, in Input) Decision {
 		}
 	}
 	kept := total
+	received := make([]bool, len(in.Nodes))
 	var why []string
 	for _, c := range cands {
 		if len(d.Moves) == allowed {
@@ -235,6 +241,9 @@ func Decide(cfg Config, in Input) Decision {
 			break
 		}
 		n := &in.Nodes[c.i]
+		if received[c.i] {
+			continue // it holds work moved here in this decision
+		}
 		if kept-1 < in.MinNodes {
 			why = append(why, fmt.Sprintf("the pool is at its floor of %d nodes", in.MinNodes))
 			break
@@ -245,7 +254,7 @@ func Decide(cfg Config, in Input) Decision {
 			continue
 		}
 		dest[c.i] = false
-		placed, ok := fits(n, in.Nodes, free, dest)
+		placed, ok := fits(n, in.Nodes, free, dest, received)
 		if !ok {
 			dest[c.i] = n.busy() // still a destination for others
 			why = append(why, fmt.Sprintf("node %s: its work fits no other node's free space", n.ID))
@@ -281,6 +290,8 @@ func movable(n *Node) string {
 			return "do-not-disrupt"
 		case !in.Restartable:
 			return "non-restartable work"
+		case in.Moved:
+			return "work moved before"
 		}
 	}
 	return ""
@@ -291,7 +302,7 @@ func blockedText(blocked map[string]int) string {
 		return ""
 	}
 	var parts []string
-	for _, k := range []string{"non-restartable work", "do-not-disrupt", "protected", "above max_utilization"} {
+	for _, k := range []string{"non-restartable work", "do-not-disrupt", "work moved before", "protected", "above max_utilization"} {
 		if n := blocked[k]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, k))
 		}
@@ -352,7 +363,9 @@ func lostWork(n *Node, now time.Time) (cost, hours float64) {
 // fits packs n's non-daemon instances into the free space of the
 // destination nodes (first fit decreasing, no new node) and returns the
 // free space after the move, or ok=false when some instance fits nowhere.
-func fits(n *Node, nodes []Node, free []capacity.Resources, dest []bool) ([]capacity.Resources, bool) {
+// The nodes that take some of it are marked received: they are no longer
+// candidates in this decision.
+func fits(n *Node, nodes []Node, free []capacity.Resources, dest, received []bool) ([]capacity.Resources, bool) {
 	var idx []int
 	var space []capacity.Resources
 	for i := range nodes {
@@ -374,6 +387,9 @@ func fits(n *Node, nodes []Node, free []capacity.Resources, dest []bool) ([]capa
 	out := slices.Clone(free)
 	for k, e := range res.Existing {
 		out[idx[k]] = out[idx[k]].Sub(e.Used)
+		if e.Items > 0 {
+			received[idx[k]] = true
+		}
 	}
 	return out, true
 }

@@ -60,6 +60,11 @@ func TestDecide(t *testing.T) {
 			n[0].Instances[0].DoNotDisrupt = true
 			return Input{Now: noon, Nodes: n}
 		}, nil, "1 do-not-disrupt"},
+		{"moved work stays", on(Config{}), func() Input {
+			n := base()
+			n[0].Instances[0].Moved = true
+			return Input{Now: noon, Nodes: n}
+		}, nil, "1 work moved before"},
 		{"daemons do not block and do not move", on(Config{}), func() Input {
 			n := base()
 			n[0].Instances = append(n[0].Instances, Instance{ID: "d", Requests: capacity.Resources{MilliCPU: 100}, Daemon: true})
@@ -193,6 +198,20 @@ func TestCountedEntries(t *testing.T) {
 	if d := Decide(on(Config{Horizon: 4 * time.Hour, MaxUtilization: 100}), Input{Now: noon, Nodes: nodes}); len(d.Moves) != 0 ||
 		!strings.Contains(d.Reason, "fits no other node") {
 		t.Fatalf("5 instances of a core moved into 4 free cores: %+v (%s)", d.Moves, d.Reason)
+	}
+}
+
+// TestNoMoveOntoAMovedNode: work planned onto a node keeps that node: it
+// is not emptied in the same decision (its planned work would have no
+// home).
+func TestNoMoveOntoAMovedNode(t *testing.T) {
+	nodes := []Node{
+		node8("a", 0, cores("a1", 1, true, time.Minute)),
+		node8("b", 1, cores("b1", 2, true, 2*time.Minute)),
+	}
+	d := Decide(on(Config{Budgets: []Budget{{Nodes: 2}}}), Input{Now: noon, Nodes: nodes})
+	if len(d.Moves) != 1 || d.Moves[0].Node != "a" {
+		t.Fatalf("moves %+v, want a onto b only (%s)", d.Moves, d.Reason)
 	}
 }
 

@@ -68,7 +68,8 @@ func consolidationInstance(in *store.Instance) consolidate.Instance {
 	pinned := in.TargetWorker != "" || len(in.RequestedGPUIndices) > 0
 	return consolidate.Instance{ID: in.ID, Requests: in.Requests, Daemon: in.Daemon,
 		Restartable:  in.Restartable && !pinned && in.CancelRequestedAt.IsZero(),
-		DoNotDisrupt: consolidate.DoNotDisrupt(in.Labels), StartedAt: in.AssignedAt}
+		DoNotDisrupt: consolidate.DoNotDisrupt(in.Labels), StartedAt: in.AssignedAt,
+		Moved: in.Attempt > 1} // restarted before (a move, its restart policy, a lost worker): not moved again
 }
 
 // MoveOff carries out a consolidation move on one worker: it cordons the

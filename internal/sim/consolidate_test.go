@@ -138,7 +138,7 @@ func TestConsolidationShippedTraces(t *testing.T) {
 		first      int
 	}{
 		{"philly.yaml", "philly_jobs.csv", 300},
-		{"google2011.yaml", "google2011_jobs.csv", 500},
+		{"google2011.yaml", "google2011_jobs.csv", 150},
 		{"azure-conv.yaml", "azure_llm2023_conv_rate_1s.csv", 0},
 	} {
 		t.Run(tt.trace, func(t *testing.T) {
