@@ -17,7 +17,7 @@ import (
 //	disruption:
 //	  consolidation: true        # default true; only restartable work ever moves
 //	  max_utilization: 50        # a candidate node uses at most this % of any dimension
-//	  horizon: 1h                # a move's saving is the node's price over this time
+//	  horizon: 15m               # a move's saving is the node's price over this time
 //	  every: 1m                  # how often the pool's controller looks
 //	  budgets:                   # default [{nodes: "10%"}]; the most restrictive open one wins
 //	    - nodes: "10%"           # or a count: 2

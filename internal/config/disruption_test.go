@@ -13,7 +13,7 @@ func TestDisruptionSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := f.Pools[0].Consolidation()
-	if err != nil || !c.Enabled || c.MaxUtilization != 50 || c.Horizon != time.Hour || c.Every != time.Minute ||
+	if err != nil || !c.Enabled || c.MaxUtilization != 50 || c.Horizon != 15*time.Minute || c.Every != time.Minute ||
 		len(c.Budgets) != 1 || c.Budgets[0].String() != "10%" {
 		t.Fatalf("defaults: %+v, %v", c, err)
 	}

@@ -13,8 +13,10 @@ const (
 	// DefaultMaxUtilization: a node using more than half of any dimension
 	// is not under-used.
 	DefaultMaxUtilization = 50
-	// DefaultHorizon is how long an emptied node's price counts as saved.
-	DefaultHorizon = time.Hour
+	// DefaultHorizon is how long an emptied node's price counts as saved:
+	// short, so that only work that started recently moves (measured on
+	// the shipped traces: docs/benchmarks.md, "Consolidation").
+	DefaultHorizon = 15 * time.Minute
 	// DefaultEvery is how often a pool's controller looks for moves.
 	DefaultEvery = time.Minute
 	// DefaultBudgetPercent is the default budget: 10 % of the pool's nodes
@@ -147,7 +149,7 @@ func (c *Config) budgetText(t time.Time, total int) string {
 }
 
 // Validate fills the defaults of the zero values (MaxUtilization 50,
-// Horizon 1h, Every 1m, one budget of 10 %) and checks every field; errors
+// Horizon 15m, Every 1m, one budget of 10 %) and checks every field; errors
 // name the field as the pool's YAML disruption section does.
 func (c *Config) Validate() error {
 	if c.MaxUtilization == 0 {

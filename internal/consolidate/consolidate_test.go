@@ -220,7 +220,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxUtilization != 50 || c.Horizon != time.Hour || c.Every != time.Minute || len(c.Budgets) != 1 ||
+	if c.MaxUtilization != 50 || c.Horizon != 15*time.Minute || c.Every != time.Minute || len(c.Budgets) != 1 ||
 		c.Budgets[0].String() != "10%" {
 		t.Fatalf("defaults %+v", c)
 	}

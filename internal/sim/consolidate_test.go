@@ -82,6 +82,7 @@ func TestConsolidationLowersNodeHours(t *testing.T) {
 // trace starts at midnight) holds the moves until then.
 func TestConsolidationBudgetWindow(t *testing.T) {
 	cfg := mustConfig(t, cpuPool+`    disruption:
+      horizon: 1h
       budgets: [{nodes: 1, windows: [{start: "02:00", duration: 1h}]}]
 `)
 	cfg.Workload.Restartable = 1
