@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tide-project/tide/internal/binpack"
@@ -307,18 +308,7 @@ func blockedText(blocked map[string]int) string {
 			parts = append(parts, fmt.Sprintf("%d %s", n, k))
 		}
 	}
-	return " (nodes skipped: " + join(parts) + ")"
-}
-
-func join(parts []string) string {
-	out := ""
-	for i, p := range parts {
-		if i > 0 {
-			out += ", "
-		}
-		out += p
-	}
-	return out
+	return " (nodes skipped: " + strings.Join(parts, ", ") + ")"
 }
 
 // utilization is the largest share, in percent, of any dimension of c that
