@@ -75,7 +75,7 @@ func (s *ResourceSpec) ToResources(defCPU float64, defGPU, defMemMB int64) capac
 }
 
 // SubmitRequest is the body of POST /instances: PyLet's fields plus tide's
-// extensions (replicas, restart policy, pool, daemon).
+// extensions (replicas, restart policy, pool, daemon, restartable).
 type SubmitRequest struct {
 	Command              *string           `json:"command"`
 	ResourceRequirements *ResourceSpec     `json:"resource_requirements,omitempty"`
@@ -91,6 +91,9 @@ type SubmitRequest struct {
 	MaxRestarts          *int              `json:"max_restarts,omitempty"`
 	Pool                 *string           `json:"pool,omitempty"`
 	Daemon               *bool             `json:"daemon,omitempty"`
+	// Restartable lets consolidation stop the instance and start it again
+	// on another node (default false: it is never moved).
+	Restartable *bool `json:"restartable,omitempty"`
 }
 
 // SubmitResponse is PyLet's {"instance_id"}; with replicas, every id too.
@@ -131,6 +134,9 @@ type InstanceJSON struct {
 	Restarts             int          `json:"restarts"`
 	Pool                 string       `json:"pool"`
 	Daemon               bool         `json:"daemon"`
+	// Restartable is set when consolidation may move the instance; omitted
+	// when false, so PyLet's shape is unchanged for other instances.
+	Restartable bool `json:"restartable,omitempty"`
 	// WaitingReason says why a PENDING instance is not placed yet, e.g.
 	// "no pool can fit cpu 4: largest offering local-1cpu has 1"; omitted
 	// when empty. Only this field is added to PyLet's shape for it.
@@ -164,6 +170,7 @@ func InstanceFrom(in *store.Instance) InstanceJSON {
 		TargetWorker: strPtr(in.TargetWorker), Venv: strPtr(in.Venv),
 		ResourceRequirements: ResourcesFrom(in.Requests), RestartPolicy: string(in.RestartPolicy),
 		MaxRestarts: in.MaxRestarts, Restarts: in.Restarts, Pool: in.Pool, Daemon: in.Daemon,
+		Restartable: in.Restartable,
 	}
 	if out.Labels == nil {
 		out.Labels = map[string]string{}

@@ -20,6 +20,7 @@ var purePackages = []string{
 	"internal/capacity",
 	"internal/policy",
 	"internal/binpack",
+	"internal/consolidate",
 	"internal/reconcile",
 	"internal/deletion",
 	"internal/decide",

@@ -31,6 +31,7 @@ type pool struct {
 	journal controller.Journal
 	ctl     *controller.Controller
 	loop    *autoscale.Pool
+	cons    *consolidator // nil when the pool does not consolidate
 
 	// retiring is set once the pool left the config: it drains to zero
 	// nodes, then stops. Guarded by Assembly.mu.
@@ -183,6 +184,10 @@ func (a *Assembly) newPool(ctx context.Context, pc config.Pool, build func() (pr
 		return nil, err
 	}
 	p.loop = loop
+	if p.cons, err = newConsolidator(pc, a.h, ctl, plog.With("component", "consolidate"), emit); err != nil {
+		p.release()
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -206,6 +211,9 @@ func (p *pool) start(ctx context.Context, a *Assembly) {
 	}
 	run(p.ctl.Run)
 	run(p.loop.Run)
+	if p.cons != nil {
+		run(p.cons.run)
+	}
 }
 
 // halt stops the pool's controller and loop and waits for them; the

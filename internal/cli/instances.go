@@ -23,7 +23,7 @@ type submitFlags struct {
 	config, name, target, gpuIdx, venv, restart, pool string
 	cpu                                               float64
 	gpus, memMB                                       int64
-	exclusive, noExclusive, daemon                    bool
+	exclusive, noExclusive, daemon, restartable       bool
 	labels, env                                       []string
 	replicas, maxRestarts                             int
 }
@@ -47,7 +47,7 @@ PyLet's Python client does for a list (shlex.join), so
 
 A TOML job file (-c) can hold every field: command (a string, or an array that
 is shell-quoted), name, venv, replicas, restart_policy, max_restarts, pool,
-daemon; [resources] cpus, gpus, memory ("8Gi", or MB), gpu_indices, exclusive,
+daemon, restartable; [resources] cpus, gpus, memory ("8Gi", or MB), gpu_indices, exclusive,
 target_worker; [env] and [labels] tables. ${VAR} and $VAR are expanded from the
 environment. Flags given on the command line win over the file, which wins over
 the defaults (1 CPU core, no GPU, 512 MB).`,
@@ -101,6 +101,7 @@ the defaults (1 CPU core, no GPU, 512 MB).`,
 	f.IntVar(&sf.maxRestarts, "max-restarts", 0, "restarts allowed by the policy (default 3 with a policy)")
 	f.StringVar(&sf.pool, "pool", "", "node pool to run in")
 	f.BoolVar(&sf.daemon, "daemon", false, "a daemon never holds a node up")
+	f.BoolVar(&sf.restartable, "restartable", false, "consolidation may stop it and start it again on another node (its attempt's work is lost)")
 	cf.register(cmd)
 	outputFlag(cmd, &out)
 	return cmd
@@ -123,7 +124,7 @@ func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(st
 	req := &api.SubmitRequest{Name: job.Name, TargetWorker: job.TargetWorker, GPUIndices: job.GPUIndices,
 		Exclusive: job.Exclusive, Labels: job.Labels, Env: job.Env, Venv: job.Venv, Replicas: job.Replicas,
 		RestartPolicy: job.RestartPolicy, MaxRestarts: job.MaxRestarts, Pool: job.Pool, Daemon: job.Daemon,
-		ResourceRequirements: &api.ResourceSpec{CPUCores: job.CPUCores, GPUUnits: job.GPUs, MemoryMB: job.MemoryMB}}
+		Restartable: job.Restartable, ResourceRequirements: &api.ResourceSpec{CPUCores: job.CPUCores, GPUUnits: job.GPUs, MemoryMB: job.MemoryMB}}
 	req.Command = job.Command
 	switch {
 	case len(args) == 1:
@@ -185,6 +186,9 @@ func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(st
 	}
 	if f.Changed("daemon") {
 		req.Daemon = &sf.daemon
+	}
+	if f.Changed("restartable") {
+		req.Restartable = &sf.restartable
 	}
 	if f.Changed("replicas") {
 		req.Replicas = &sf.replicas

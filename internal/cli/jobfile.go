@@ -26,6 +26,7 @@ import (
 //	max_restarts = 3                   # tide
 //	pool = "gpu"                       # tide
 //	daemon = false                     # tide
+//	restartable = false                # tide: consolidation may move it (losing its attempt's work)
 //	[resources]
 //	cpus = 4                           # cores: 4, 0.5 or "500m"
 //	gpus = 1                           # or gpu_indices, not both
@@ -46,6 +47,7 @@ type JobFile struct {
 	MaxRestarts   *int
 	Pool          *string
 	Daemon        *bool
+	Restartable   *bool
 	CPUCores      *float64
 	GPUs          *int64
 	MemoryMB      *int64
@@ -57,7 +59,7 @@ type JobFile struct {
 }
 
 var (
-	topKeys      = []string{"command", "name", "venv", "replicas", "restart_policy", "max_restarts", "pool", "daemon", "resources", "env", "labels"}
+	topKeys      = []string{"command", "name", "venv", "replicas", "restart_policy", "max_restarts", "pool", "daemon", "restartable", "resources", "env", "labels"}
 	resourceKeys = []string{"cpus", "gpus", "memory", "gpu_indices", "exclusive", "target_worker"}
 )
 
@@ -102,6 +104,8 @@ func ParseJobFile(data []byte, lookup func(string) (string, bool)) (*JobFile, er
 			job.Pool, err = p.str(k, v)
 		case "daemon":
 			job.Daemon, err = p.boolean(k, v)
+		case "restartable":
+			job.Restartable, err = p.boolean(k, v)
 		case "env":
 			job.Env, err = p.strMap(k, v)
 		case "labels":

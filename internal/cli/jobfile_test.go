@@ -29,6 +29,7 @@ restart_policy = "on-failure"
 max_restarts = 5
 pool = "gpu"
 daemon = true
+restartable = true
 
 [resources]
 cpus = 2.5
@@ -50,7 +51,7 @@ team = "nlp"
 	}
 	got, _ := json.Marshal(job)
 	want := `{"Command":"python train.py --msg 'it'\"'\"'s ada'","Name":"train-ada","Venv":"/opt/venv","Replicas":2,` +
-		`"RestartPolicy":"on-failure","MaxRestarts":5,"Pool":"gpu","Daemon":true,"CPUCores":2.5,"GPUs":null,` +
+		`"RestartPolicy":"on-failure","MaxRestarts":5,"Pool":"gpu","Daemon":true,"Restartable":true,"CPUCores":2.5,"GPUs":null,` +
 		`"MemoryMB":1536,"GPUIndices":[0,2],"Exclusive":false,"TargetWorker":"node-${MISSING}",` +
 		`"Env":{"HF_HOME":"/home/ada/hf","LITERAL":"$NOPE and $$"},"Labels":{"team":"nlp"}}`
 	if string(got) != want {
@@ -73,6 +74,7 @@ func TestParseJobFileErrorsNameTheField(t *testing.T) {
 		{"negative gpus", "command='x'\n[resources]\ngpus = -2", "resources.gpus"},
 		{"repeated index", "command='x'\n[resources]\ngpu_indices = [1, 1]", "index 1 repeats"},
 		{"bad restart policy", "command='x'\nrestart_policy = 'sometimes'", "restart_policy"},
+		{"restartable not a bool", "command='x'\nrestartable = 'yes'", "restartable"},
 		{"replicas out of range", "command='x'\nreplicas = 0", "replicas: must be between 1 and 1000"},
 		{"resources not a table", "command='x'\nresources = 3", "resources: want a table"},
 		{"syntax error has a position", "command = 'x\n", "line 1"},

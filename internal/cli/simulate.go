@@ -25,6 +25,7 @@ func newSimulateCmd(s Streams) *cobra.Command {
 	var tracePath, cfgPath, pol, output, htmlPath, fromS, toS string
 	var seed uint64
 	var skipBad bool
+	var restartableF float64
 	cmd := &cobra.Command{
 		Use:   "simulate --trace FILE [--pool-config F] [--policy NAME|all]",
 		Short: "Replay a workload trace against a simulated cloud under one or all scaling policies",
@@ -44,7 +45,9 @@ config per shipped trace.
 
 --from and --to replay a window of the trace, in trace time ("24h", "36h30m"
 or seconds): the jobs submitted in it, with those already running at --from as
-the initial load; what still runs at --to ends there. A series that skips bins is read with each missing bin as no
+the initial load; what still runs at --to ends there. --restartable F marks a
+fraction F of the jobs (by a hash of the job id) restartable: consolidation may
+move them (the moves and the work they lost are reported). A series that skips bins is read with each missing bin as no
 demand (a rate) or no change (a level); the report says how many were missing.
 
 --policy all runs the policies side by side (as many at once as GOMAXPROCS
@@ -68,6 +71,12 @@ figures and fails (exit code 1).`,
 			}
 			if err := simWindow(cfg, fromS, toS); err != nil {
 				return badInput(err)
+			}
+			if cmd.Flags().Changed("restartable") {
+				if !(restartableF >= 0 && restartableF <= 1) {
+					return badInput(fmt.Errorf("--restartable: want a fraction within [0, 1], got %v", restartableF))
+				}
+				cfg.Workload.Restartable = restartableF
 			}
 			names, err := simPolicies(pol, cfg)
 			if err != nil {
@@ -141,6 +150,7 @@ figures and fails (exit code 1).`,
 	f.StringVar(&htmlPath, "html", "", "also write a self-contained HTML report (charts, table, configuration) to this file")
 	f.StringVar(&fromS, "from", "", "replay the trace from this trace time on (a duration such as 24h, or seconds)")
 	f.StringVar(&toS, "to", "", "replay the trace up to this trace time (a duration such as 48h, or seconds)")
+	f.Float64Var(&restartableF, "restartable", -1, "fraction of the trace's jobs (by a hash of the job id) that consolidation may move, 0..1 (default: the config's workload.restartable, else 0)")
 	f.BoolVar(&skipBad, "skip-bad-rows", false, "skip malformed trace rows (and say how many) instead of failing")
 	_ = cmd.MarkFlagRequired("trace")
 	return cmd

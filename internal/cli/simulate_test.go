@@ -70,6 +70,9 @@ func TestSimulateJSON(t *testing.T) {
 			Instances int     `json:"instances"`
 			Unfinish  int     `json:"unfinished"`
 			End       float64 `json:"end_s"`
+			Consol    int     `json:"consolidated_nodes"`
+			Moved     int     `json:"moved_instances"`
+			LostWork  float64 `json:"lost_work_instance_hours"`
 		} `json:"policies"`
 	}
 	dec := json.NewDecoder(strings.NewReader(out))
@@ -144,6 +147,23 @@ func TestSimulateTableAndHTML(t *testing.T) {
 	}
 }
 
+// TestSimulateRestartable: --restartable adds the consolidation columns
+// and says how much of the trace may move.
+func TestSimulateRestartable(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "pool.yaml", simPool)
+	tr := writeFile(t, dir, "philly_jobs.csv", phillyCSV(40))
+	code, out, errs := run(t, "", "simulate", "--trace", tr, "--pool-config", cfg, "--policy", "tide", "--restartable", "0.5")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"consolidated", "moved", "lost inst-h", "restartable: 0.5 of the jobs may move"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestSimulateDefaultConfig: without --pool-config a pool is chosen from
 // the trace's format.
 func TestSimulateDefaultConfig(t *testing.T) {
@@ -177,6 +197,7 @@ func TestSimulateBadInput(t *testing.T) {
 		{"output", []string{"--trace", bad, "--pool-config", cfg, "-o", "yaml"}, 2, "-o: want table or json"},
 		{"config", []string{"--trace", bad, "--pool-config", writeFile(t, dir, "x.yaml", "pools: []\n")}, 2, "x.yaml"},
 		{"no trace", []string{"--pool-config", cfg}, 2, "trace"},
+		{"restartable", []string{"--trace", bad, "--pool-config", cfg, "--restartable", "1.5"}, 2, "--restartable: want a fraction within [0, 1], got 1.5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

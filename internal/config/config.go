@@ -47,6 +47,8 @@ type Pool struct {
 	Selector Selector `json:"selector"`
 	// Scaling holds the policy and its knobs.
 	Scaling Scaling `json:"scaling"`
+	// Disruption is the pool's consolidation and its budgets (disruption.go).
+	Disruption *Disruption `json:"disruption,omitempty"`
 }
 
 // Provider selects and configures a capacity provider.
@@ -270,6 +272,9 @@ func (p *Pool) validate() error {
 	}
 	if !known {
 		errs = append(errs, fmt.Errorf("provider.type: unknown provider %q (want one of %s)", p.Provider.Type, strings.Join(ProviderTypes, ", ")))
+	}
+	if _, err := p.Consolidation(); err != nil {
+		errs = append(errs, splitJoined(err)...)
 	}
 	pc := p.PolicyConfig()
 	if err := pc.Validate(); err != nil {

@@ -194,7 +194,7 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 		}
 		ids[i] = id
 		ins[i] = store.Instance{ID: id, Name: n, Command: cmd, Pool: pool, Requests: res, Exclusive: exclusive,
-			Daemon: req.Daemon != nil && *req.Daemon, Labels: req.Labels, Env: req.Env, Venv: venv,
+			Daemon: req.Daemon != nil && *req.Daemon, Restartable: req.Restartable != nil && *req.Restartable, Labels: req.Labels, Env: req.Env, Venv: venv,
 			RequestedGPUIndices: req.GPUIndices, RestartPolicy: policy, MaxRestarts: maxRestarts,
 			CreatedAt: now, QueuedAt: now}
 		if target != nil {

@@ -43,6 +43,7 @@ type Store interface {
 	RequestCancel(ctx context.Context, id string, grace time.Duration, now time.Time) (store.CancelResult, error)
 	CountInstances(ctx context.Context, f store.Filter) (int, error)
 	Attempts(ctx context.Context, instanceID string) ([]store.AttemptRecord, error)
+	MoveInstance(ctx context.Context, id string, attempt int64, worker, reason string, now time.Time) (bool, error)
 
 	RegisterWorker(ctx context.Context, r store.Registration, now time.Time) (*store.Worker, error)
 	GetWorker(ctx context.Context, id string) (*store.Worker, error)

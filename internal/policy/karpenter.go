@@ -37,9 +37,12 @@ const (
 // Karpenter's scheduler packs first fit and launches the cheapest type that
 // fits each NodeClaim; Buy's mix is at least as cheap, so this model is, if
 // anything, kinder to Karpenter than the real one. Under-used (non-empty)
-// consolidation deletes or replaces nodes whose pods may move; tide's work
-// may not move (no instance is restartable), so it never applies here, and
-// neither does replace-with-cheaper (it also moves work).
+// consolidation deletes nodes whose pods may move: with tide's rule, only
+// nodes whose every instance is restartable and none do-not-disrupt, by
+// price alone (consolidate.Karpenter, the same consolidate.Decide that
+// tide's pools run). A count cannot name a node, so that part runs beside
+// the policy, in the driver that runs it (the simulator's engine, a pool's
+// controller). Replace-with-cheaper is not modelled.
 type karpenterPolicy struct{ cfg Config }
 
 // NewKarpenter returns the karpenter policy for a validated cfg.

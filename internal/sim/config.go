@@ -149,6 +149,11 @@ type WorkloadOptions struct {
 	// Sample keeps this fraction of the jobs, chosen by a hash of the job
 	// id (the same jobs for every seed and policy); 0 or 1 keeps all.
 	Sample float64 `json:"sample,omitempty"`
+	// Restartable is the fraction of the jobs whose instances may be
+	// moved by consolidation (submitted with restartable set), chosen by a
+	// hash of the job id independent of Sample's: the same jobs for every
+	// seed and policy. 0, the default, moves nothing; 1 marks every job.
+	Restartable float64 `json:"restartable,omitempty"`
 	// Horizon is when jobs the trace saw running at its end (censored)
 	// stop; zero means the latest end of any job.
 	Horizon config.Duration `json:"horizon,omitempty"`
@@ -283,6 +288,9 @@ func (c *Config) Validate() error {
 	if !(w.Sample >= 0 && w.Sample <= 1) {
 		errs = append(errs, fmt.Errorf("workload.sample: must be within [0, 1], got %v", w.Sample))
 	}
+	if !(w.Restartable >= 0 && w.Restartable <= 1) {
+		errs = append(errs, fmt.Errorf("workload.restartable: must be within [0, 1], got %v", w.Restartable))
+	}
 	if w.NormalizedMachine.Negative() {
 		errs = append(errs, errors.New("workload.normalized_machine: must not be negative"))
 	}
@@ -375,6 +383,9 @@ func (c *Config) Describe() []string {
 	}
 	if w.Sample > 0 && w.Sample < 1 {
 		wl = append(wl, fmt.Sprintf("sample %.4g of the jobs", w.Sample))
+	}
+	if w.Restartable > 0 {
+		wl = append(wl, fmt.Sprintf("restartable %.4g of the jobs", w.Restartable))
 	}
 	if w.Horizon > 0 {
 		wl = append(wl, "horizon "+time.Duration(w.Horizon).String())

@@ -29,6 +29,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"latency unit", pool(", options: {boot: soon}"), []string{"provider.options.boot", "duration"}},
 		{"error rate", pool(", options: {api_error_rate: 1.5}"), []string{"provider.options.api_error_rate"}},
 		{"sample", pool("") + "workload: {sample: 2}\n", []string{"workload.sample: must be within [0, 1], got 2"}},
+		{"restartable", pool("") + "workload: {restartable: 1.5}\n", []string{"workload.restartable: must be within [0, 1], got 1.5"}},
 		{"per replica", pool("") + "workload: {replicas: {per_replica: 0, shape: {gpus: 1}}}\n", []string{"workload.replicas.per_replica"}},
 		{"replica shape", pool("") + "workload: {replicas: {per_replica: 1}}\n", []string{"workload.replicas.shape"}},
 		{"unknown section", pool("") + "simulate: {}\n", []string{"simulate", "unknown field"}},

@@ -147,6 +147,8 @@ type engine struct {
 
 	// recheck is the last decision's Recheck (the peer policies' loops).
 	recheck time.Time
+	// cons is the run's consolidation (consolidate.go); nil when nothing may move.
+	cons *consolidation
 
 	// Scratch for the pressure report.
 	report capacity.Pressure
@@ -197,6 +199,9 @@ func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {
 		return nil, err
 	}
 	e.desired = pcfg.Nodes.Initial()
+	if e.cons, err = newConsolidation(cfg, w, &pcfg); err != nil {
+		return nil, err
+	}
 
 	// Shapes and instances.
 	index := map[string]int32{}
@@ -334,6 +339,9 @@ func (e *engine) step(ctx context.Context, t time.Time) error {
 		e.ctlDirty = false
 		e.afterController()
 		e.syncTracked()
+	}
+	if e.consolidationDue() {
+		e.consolidate()
 	}
 	if e.placeable && e.queued > 0 {
 		e.place()
@@ -592,6 +600,7 @@ func (e *engine) armWake() {
 	if !e.recheck.IsZero() {
 		add(e.recheck)
 	}
+	add(e.nextConsolidation())
 	for _, n := range e.idle {
 		add(n.idleSince.Add(c.IdleTimeout))
 	}

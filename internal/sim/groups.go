@@ -386,6 +386,7 @@ func (e *engine) begin(g int32, n *node, k int32) {
 		gr = &e.groups[g] // newGroup may have moved the slice
 		gr.count -= k
 		e.groups[run].ran = gr.ran
+		e.groups[run].moved = gr.moved
 	}
 	q := &e.queues[gr.shape]
 	q.n -= int(k)

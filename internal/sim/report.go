@@ -17,11 +17,21 @@ import (
 // lower bound beside them, and what the workload was.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tnode-hours\t× bound\tcost $\twait p50 s\tp95 s\tp99 s\tutilization\tscale events\tmachines\tdisrupted\tinterrupted\tunfinished\t")
+	// Consolidation's columns appear when the workload has restartable work.
+	moves := r.Config != nil && r.Config.Workload.Restartable > 0
+	head := "policy\tnode-hours\t× bound\tcost $\twait p50 s\tp95 s\tp99 s\tutilization\tscale events\tmachines\tdisrupted\tinterrupted\tunfinished\t"
+	if moves {
+		head += "consolidated\tmoved\tlost inst-h\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, p := range r.Results {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.2f\t%.0f\t%.0f\t%.0f\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t\n", p.Policy, p.NodeHours,
+		fmt.Fprintf(tw, "%s\t%.1f\t%.3f\t%.2f\t%.0f\t%.0f\t%.0f\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t", p.Policy, p.NodeHours,
 			ratio(p.NodeHours, r.Bound.NodeHours), p.Cost, p.WaitP50, p.WaitP95, p.WaitP99, 100*p.Utilization,
 			p.ScaleEvents, p.Machines, p.Disrupted, p.Interrupted, p.Unfinished)
+		if moves {
+			fmt.Fprintf(tw, "%d\t%d\t%.1f\t", p.Consolidated, p.Moved, p.LostWorkHours)
+		}
+		fmt.Fprintln(tw)
 	}
 	for _, sk := range r.Skipped {
 		fmt.Fprintf(tw, "%s\tn/a\t\t\t\t\t\t\t\t\t\t\t\t\n", sk.Policy)
@@ -74,6 +84,9 @@ func (r *Report) Notes() []string {
 	out = append(out, fmt.Sprintf("lower bound (%s): capacity following demand exactly, no boot delay, jobs starting at submit, perfectly packed at every moment: %.1f node-hours, $%.2f, peak %d nodes; work alone needs %.1f node-hours (a bound for any schedule)",
 		b.Offering.Name(), b.NodeHours, b.Cost, b.PeakNodes, b.WorkNodeHours))
 	out = append(out, "waits: per instance, submit to first start; utilization: requested over billed, in the busiest dimension")
+	if r.Config != nil && r.Config.Workload.Restartable > 0 {
+		out = append(out, fmt.Sprintf("restartable: %.4g of the jobs may move; consolidated: nodes emptied by consolidation (tide, and karpenter by its own rule; the others do not consolidate), moved: instances restarted elsewhere, lost inst-h: the run time they lost", r.Config.Workload.Restartable))
+	}
 	return out
 }
 

@@ -40,6 +40,14 @@ type Result struct {
 	// Interrupted counts instances stopped by a spot reclaim; they are
 	// queued again and restart from the beginning.
 	Interrupted int
+	// Consolidated counts the nodes consolidation emptied; Moved the
+	// restartable instances it moved (queued again, restarting from the
+	// beginning); LostWorkHours the work they lost, in instance-hours
+	// (each one's run time at the move); ExpectedSaving the sum of the
+	// savings the moves expected (node price over the horizon).
+	Consolidated, Moved int
+	LostWorkHours       float64
+	ExpectedSaving      float64
 	// Instances is the number of instances replayed; Unfinished those not
 	// completed when the run ended.
 	Instances, Unfinished int
@@ -168,6 +176,12 @@ type JSONPolicy struct {
 	Unfinished  int     `json:"unfinished"`
 	// EndS is when the run ended, in seconds from the trace's origin.
 	EndS float64 `json:"end_s"`
+	// Consolidated, MovedInstances and LostWorkHours are consolidation's
+	// moves: nodes emptied, restartable instances moved, and the work they
+	// lost in instance-hours.
+	Consolidated   int     `json:"consolidated_nodes"`
+	MovedInstances int     `json:"moved_instances"`
+	LostWorkHours  float64 `json:"lost_work_instance_hours"`
 }
 
 // JSON returns the report in the shape `tide simulate -o json` prints.
@@ -187,7 +201,7 @@ func (r *Report) JSON() JSONReport {
 			WaitP50: p.WaitP50, WaitP95: p.WaitP95, WaitP99: p.WaitP99, Utilization: p.Utilization,
 			ScaleEvents: p.ScaleEvents, Disrupted: p.Disrupted, BoundRatio: ratio, WaitMean: p.WaitMean,
 			Machines: p.Machines, Interrupted: p.Interrupted, Instances: p.Instances, Unfinished: p.Unfinished,
-			EndS: p.End.Seconds()})
+			EndS: p.End.Seconds(), Consolidated: p.Consolidated, MovedInstances: p.Moved, LostWorkHours: p.LostWorkHours})
 	}
 	for _, s := range r.Skipped {
 		out.NotApplicable = append(out.NotApplicable, JSONSkipped(s))

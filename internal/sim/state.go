@@ -20,6 +20,8 @@ type group struct {
 	// ran: its instances started before (a requeued group): their wait
 	// is counted once, at their first start.
 	ran bool
+	// moved: consolidation moved its instances once; never again.
+	moved bool
 	// seq orders the queue (FIFO); it is drawn each time the group is
 	// queued, so a requeued group goes to the back.
 	seq    int64

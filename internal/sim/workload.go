@@ -259,6 +259,13 @@ func keep(id string, fraction float64) bool {
 	return float64(x>>11)/float64(1<<53) < fraction
 }
 
+// restartable decides by a hash of the job id whether a job's instances
+// may be moved, for a fraction of the jobs (WorkloadOptions.Restartable);
+// the hash is salted so that the choice is independent of the sample's.
+func restartable(id string, fraction float64) bool {
+	return fraction > 0 && (fraction >= 1 || keep("restartable/"+id, fraction))
+}
+
 // rebin merges consecutive bins into windows of width window: a rate's
 // arrivals are summed, a level's values take the window's maximum. Missing
 // bins inside a window count as empty.

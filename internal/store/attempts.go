@@ -19,6 +19,9 @@ const (
 	// AttemptLost: the attempt's worker was lost (offline or deleted) and the
 	// restart policy queued the instance again.
 	AttemptLost Status = "LOST"
+	// AttemptMoved: consolidation ended the attempt so that the instance
+	// starts again on another node (MoveInstance).
+	AttemptMoved Status = "MOVED"
 )
 
 // attemptsSchema records every attempt of an instance. Triggers on the
@@ -30,8 +33,8 @@ const (
 // A new attempt (attempt incremented by Assign) adds a row. A later change
 // of the same attempt updates its row until the row has ended; when the
 // instance goes back to PENDING (a restart), the row ends with the outcome
-// the instance had: COMPLETED for exit 0, LOST when the worker was lost,
-// FAILED otherwise.
+// the instance had: MOVED when consolidation moved it, COMPLETED for exit
+// 0, LOST when the worker was lost, FAILED otherwise.
 var attemptsSchema = `
 CREATE TABLE IF NOT EXISTS attempts (
 	instance_id TEXT NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
@@ -63,6 +66,7 @@ BEGIN
 	UPDATE attempts SET
 		status = CASE
 			WHEN NEW.status != 'PENDING' THEN NEW.status
+			WHEN NEW.failure_reason = '` + ReasonMoved + `' THEN 'MOVED'
 			WHEN NEW.exit_code = 0 AND NEW.failure_reason = '' THEN 'COMPLETED'
 			WHEN NEW.exit_code IS NULL AND NEW.failure_reason = '' THEN 'LOST'
 			ELSE 'FAILED' END,
@@ -84,10 +88,13 @@ FROM instances WHERE attempt > 0 AND status != 'PENDING';
 
 // RequeuedOutcome is the outcome of an attempt whose instance went back to
 // PENDING with this exit code and failure reason (the attempts_progress
-// trigger's rule, for stores without triggers): COMPLETED after exit 0,
-// LOST when the worker was lost (no exit code, no reason), else FAILED.
+// trigger's rule, for stores without triggers): MOVED by consolidation,
+// COMPLETED after exit 0, LOST when the worker was lost (no exit code, no
+// reason), else FAILED.
 func RequeuedOutcome(exit *int, reason string) Status {
 	switch {
+	case reason == ReasonMoved:
+		return AttemptMoved
 	case reason == "" && exit != nil && *exit == 0:
 		return StatusCompleted
 	case reason == "" && exit == nil:
@@ -103,8 +110,9 @@ type AttemptRecord struct {
 	Attempt int64
 	Worker  string
 	// Status is the attempt's state while it runs (ASSIGNED, RUNNING,
-	// UNKNOWN) and its outcome once ended: COMPLETED, FAILED, CANCELLED, or
-	// LOST when its worker was lost and the instance was queued again.
+	// UNKNOWN) and its outcome once ended: COMPLETED, FAILED, CANCELLED,
+	// LOST when its worker was lost and the instance was queued again, or
+	// MOVED by consolidation.
 	Status     Status
 	AssignedAt time.Time
 	StartedAt  time.Time

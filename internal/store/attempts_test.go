@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -39,7 +40,7 @@ func TestAttemptHistoryBackfill(t *testing.T) {
 	assign(t, s, "old", "w")
 	// Roll the schema back to before the history: what an older build left.
 	for _, q := range []string{`DROP TRIGGER attempts_begin`, `DROP TRIGGER attempts_progress`, `DROP TABLE attempts`,
-		`PRAGMA user_version = 4`} {
+		fmt.Sprintf(`PRAGMA user_version = %d`, SchemaVersion-1)} {
 		if _, err := s.w.Exec(q); err != nil {
 			t.Fatal(err)
 		}

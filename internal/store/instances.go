@@ -13,7 +13,7 @@ const instanceCols = `i.id, i.name, i.command, i.status, i.attempt, COALESCE(i.a
 	i.cpu_milli, i.memory_bytes, i.gpus, i.exclusive, i.daemon, i.labels, i.env, i.target_worker,
 	i.requested_gpu_indices, i.venv, i.exit_code, i.port, i.endpoint, i.failure_reason, i.restart_policy,
 	i.max_restarts, i.restarts, i.grace_period_ns, i.cancel_gen, i.created_at, i.queued_at, i.assigned_at,
-	i.started_at, i.ended_at, i.cancel_requested_at,
+	i.started_at, i.ended_at, i.cancel_requested_at, i.restartable,
 	(SELECT group_concat(a.gpu_index) FROM instance_allocations a WHERE a.instance_id = i.id AND a.attempt = i.attempt)`
 
 type scanner interface{ Scan(dest ...any) error }
@@ -22,7 +22,7 @@ func scanInstance(sc scanner) (*Instance, error) {
 	var (
 		in                                  Instance
 		status, policy, labels, env, reqIdx string
-		exclusive, daemon                   int64
+		exclusive, daemon, restartable      int64
 		exitCode, port, created, queued     sql.NullInt64
 		assigned, started, ended, cancelAt  sql.NullInt64
 		grace                               int64
@@ -32,7 +32,7 @@ func scanInstance(sc scanner) (*Instance, error) {
 		&in.Requests.MilliCPU, &in.Requests.Memory, &in.Requests.GPUs, &exclusive, &daemon, &labels, &env,
 		&in.TargetWorker, &reqIdx, &in.Venv, &exitCode, &port, &in.Endpoint, &in.FailureReason, &policy,
 		&in.MaxRestarts, &in.Restarts, &grace, &in.CancelGen, &created, &queued, &assigned,
-		&started, &ended, &cancelAt, &gpuList)
+		&started, &ended, &cancelAt, &restartable, &gpuList)
 	if err != nil {
 		return nil, err
 	}
@@ -40,6 +40,7 @@ func scanInstance(sc scanner) (*Instance, error) {
 	in.RestartPolicy = RestartPolicy(policy)
 	in.Exclusive = exclusive != 0
 	in.Daemon = daemon != 0
+	in.Restartable = restartable != 0
 	in.ExitCode = intPtr(exitCode)
 	in.Port = intPtr(port)
 	in.GracePeriod = time.Duration(grace)
@@ -68,8 +69,8 @@ func isUniqueName(err error) bool {
 const (
 	insertInstanceSQL = `INSERT INTO instances (id, name, command, status, pool, cpu_milli,
 		memory_bytes, gpus, exclusive, daemon, labels, env, target_worker, requested_gpu_indices, venv,
-		restart_policy, max_restarts, created_at, queued_at)
-		VALUES (?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		restart_policy, max_restarts, created_at, queued_at, restartable)
+		VALUES (?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	insertLabelSQL = `INSERT INTO instance_labels (instance_id, key, value) VALUES (?, ?, ?)`
 )
 
@@ -117,7 +118,7 @@ func (s *Store) InsertInstances(ctx context.Context, ins []Instance, now time.Ti
 		_, err = stmt.ExecContext(ctx, in.ID, in.Name, in.Command, in.Pool, in.Requests.MilliCPU,
 			in.Requests.Memory, in.Requests.GPUs, b2i(in.Exclusive), b2i(in.Daemon), labels, env,
 			in.TargetWorker, encodeInts(in.RequestedGPUIndices), in.Venv, string(policy), in.MaxRestarts,
-			created.UnixNano(), queued.UnixNano())
+			created.UnixNano(), queued.UnixNano(), b2i(in.Restartable))
 		if isUniqueName(err) {
 			return &NameTakenError{Name: in.Name}
 		}

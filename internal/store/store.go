@@ -222,7 +222,9 @@ CREATE INDEX instance_allocations_worker ON instance_allocations(worker_id);
 	cordonSchema + eventsSchema,
 	// 4: machines' join credentials (credentials.go).
 	credentialsSchema,
-	// 5: every attempt of an instance (attempts.go).
+	// 5: instances that consolidation may move (Instance.Restartable).
+	`ALTER TABLE instances ADD COLUMN restartable INTEGER NOT NULL DEFAULT 0;`,
+	// 6: every attempt of an instance (attempts.go).
 	attemptsSchema,
 }
 

@@ -108,9 +108,13 @@ type Instance struct {
 	// Pool is the node pool the instance asks for; "" is the default pool.
 	Pool string
 	// Requests holds CPU (millicores), memory (bytes) and the GPU count.
-	Requests            capacity.Resources
-	Exclusive           bool
-	Daemon              bool
+	Requests  capacity.Resources
+	Exclusive bool
+	Daemon    bool
+	// Restartable says the instance may be stopped and started again on
+	// another node (consolidation may move it, losing the work of its
+	// current attempt). Off by default: no other instance is ever moved.
+	Restartable         bool
 	Labels              map[string]string
 	Env                 map[string]string
 	TargetWorker        string

@@ -1,0 +1,119 @@
+package head
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tide-project/tide/internal/consolidate"
+	"github.com/tide-project/tide/internal/store"
+)
+
+// ErrNotMovable is returned by MoveOff when the worker runs work that may
+// not move (placed there since the decision): nothing was moved, and the
+// cordon MoveOff set was lifted.
+var ErrNotMovable = errors.New("the node runs work that may not move")
+
+// ConsolidationNodes returns the named workers as consolidation sees them:
+// capacity, cordon, and their ASSIGNED and RUNNING instances with whether
+// each may move. An instance pinned to its worker (target_worker) or to GPU
+// indices counts as not restartable: a new attempt could not run
+// elsewhere. Workers the head does not know are left out; ID is the worker
+// id, and Ordinal, PricePerHour and Protected are the caller's to fill.
+func (h *Head) ConsolidationNodes(ctx context.Context, workers []string) (map[string]*consolidate.Node, error) {
+	want := make(map[string]bool, len(workers))
+	for _, w := range workers {
+		want[w] = true
+	}
+	ws, err := h.st.ListWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*consolidate.Node{}
+	for _, w := range ws {
+		if want[w.ID] && w.Status != store.WorkerOffline {
+			out[w.ID] = &consolidate.Node{ID: w.ID, Capacity: w.Capacity, Cordoned: w.Cordoned()}
+		}
+	}
+	active, err := h.activeOn(ctx, want)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range active {
+		if n := out[in.AssignedWorker]; n != nil {
+			n.Instances = append(n.Instances, consolidationInstance(in))
+		}
+	}
+	return out, nil
+}
+
+// activeOn lists the ASSIGNED and RUNNING instances on the given workers.
+func (h *Head) activeOn(ctx context.Context, workers map[string]bool) ([]*store.Instance, error) {
+	var out []*store.Instance
+	for _, st := range []store.Status{store.StatusAssigned, store.StatusRunning} {
+		ins, err := h.st.ListInstances(ctx, store.Filter{Status: st})
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range ins {
+			if workers[in.AssignedWorker] {
+				out = append(out, in)
+			}
+		}
+	}
+	return out, nil
+}
+
+func consolidationInstance(in *store.Instance) consolidate.Instance {
+	pinned := in.TargetWorker != "" || len(in.RequestedGPUIndices) > 0
+	return consolidate.Instance{ID: in.ID, Requests: in.Requests, Daemon: in.Daemon,
+		Restartable:  in.Restartable && !pinned && in.CancelRequestedAt.IsZero(),
+		DoNotDisrupt: consolidate.DoNotDisrupt(in.Labels), StartedAt: in.AssignedAt,
+		Moved: in.Attempt > 1} // restarted before (a move, its restart policy, a lost worker): not moved again
+}
+
+// MoveOff carries out a consolidation move on one worker: it cordons the
+// worker (no new work lands there), checks again that everything running
+// there may move, and ends the current attempt of each of its restartable
+// instances so that it is placed elsewhere (store.MoveInstance: back to
+// PENDING with store.ReasonMoved, out of the worker's desired set, the
+// next attempt fenced by its number). If the worker now runs any instance
+// that may not move, it lifts the cordon and returns ErrNotMovable having
+// moved nothing. The worker stays cordoned: scale-down drains it once it
+// is empty. It returns the ids moved.
+func (h *Head) MoveOff(ctx context.Context, worker string) ([]string, error) {
+	if err := h.Cordon(ctx, worker, true); err != nil {
+		return nil, err
+	}
+	active, err := h.activeOn(ctx, map[string]bool{worker: true})
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range active {
+		if ci := consolidationInstance(in); !ci.Daemon && (!ci.Restartable || ci.DoNotDisrupt) {
+			if err := h.Cordon(ctx, worker, false); err != nil {
+				return nil, errors.Join(fmt.Errorf("move off %s: instance %s may not move: %w", worker, in.ID, ErrNotMovable), err)
+			}
+			return nil, fmt.Errorf("move off %s: instance %s may not move: %w", worker, in.ID, ErrNotMovable)
+		}
+	}
+	var moved []string
+	for _, in := range active {
+		if in.Daemon {
+			continue
+		}
+		ok, err := h.st.MoveInstance(ctx, in.ID, in.Attempt, worker, store.ReasonMoved, h.clk.Now())
+		if err != nil {
+			return moved, err
+		}
+		if ok {
+			moved = append(moved, in.ID)
+			h.log.Info("instance moved by consolidation", "instance", in.ID, "attempt", in.Attempt, "worker", worker)
+		}
+	}
+	if len(moved) > 0 {
+		h.notify.wake(worker) // its desired set shrank: stop the old attempts now
+		h.Poke()              // place the new ones
+	}
+	return moved, nil
+}

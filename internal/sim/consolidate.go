@@ -1,0 +1,215 @@
+package sim
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tide-project/tide/internal/consolidate"
+	"github.com/tide-project/tide/internal/policy"
+)
+
+// consolidation is a run's consolidation: the jobs that may move
+// (WorkloadOptions.Restartable), the pool's consolidate.Config, and the
+// nodes it emptied. The engine evaluates consolidate.Decide every
+// Config.Every while work runs, as a pool's controller does live, and
+// carries out each move at once: the node is cordoned and its groups are
+// queued again (counted as moved, with the work they lost, never as
+// disrupted); the emptied node is then an idle node that the policy
+// releases and the controller drains as any other. One that scale-down
+// keeps (the floor, or another idle node went first) serves again after a
+// grace of a few periods.
+type consolidation struct {
+	cfg         consolidate.Config
+	restartable []bool // by job
+	due         time.Time
+	moved       map[*node]time.Time
+	grace       time.Duration
+	// windows: some budget opens and closes with the time of day.
+	windows bool
+	// quiet is the engine's signature at the last pass that moved
+	// nothing, and quietOK whether it is set: while the signature stays
+	// the same nothing was placed, stopped, joined or removed, so a pass
+	// would find nothing either (the lost work only grows), and none is
+	// due until it changes (unless a budget window may open).
+	quiet   [6]int
+	quietOK bool
+	// Scratch.
+	in consolidate.Input
+}
+
+// signature changes whenever a node's work or the node set changes.
+func (e *engine) signature() [6]int {
+	return [6]int{e.running, e.finished, e.queued, e.billed, e.res.Machines, e.res.Interrupted + e.res.Consolidated}
+}
+
+// quiet reports whether a pass would find what the last one found: nothing.
+func (e *engine) quiet() bool {
+	c := e.cons
+	return c.quietOK && !c.windows && c.quiet == e.signature() && len(c.moved) == 0
+}
+
+// newConsolidation returns the run's consolidation, or nil when nothing
+// can move: no restartable work, or a policy that does not consolidate
+// (the seeds; the karpenter peer consolidates by its own rule).
+func newConsolidation(cfg *Config, w *Workload, pcfg *policy.Config) (*consolidation, error) {
+	if cfg.Workload.Restartable <= 0 {
+		return nil, nil
+	}
+	cc, err := cfg.Pool.Consolidation()
+	if err != nil {
+		return nil, err
+	}
+	switch pcfg.Policy {
+	case policy.Tide:
+	case policy.Karpenter:
+		cc = consolidate.Karpenter()
+	default:
+		return nil, nil
+	}
+	if !cc.Enabled {
+		return nil, nil
+	}
+	c := &consolidation{cfg: cc, restartable: make([]bool, len(w.Jobs)), moved: map[*node]time.Time{},
+		grace: 3*cc.Every + 2*pcfg.IdleTimeout + 2*cfg.Pool.ReconcileEvery()}
+	for _, b := range cc.Budgets {
+		c.windows = c.windows || len(b.Windows) > 0
+	}
+	any := false
+	for i := range w.Jobs {
+		c.restartable[i] = restartable(w.Jobs[i].ID, cfg.Workload.Restartable)
+		any = any || c.restartable[i]
+	}
+	if !any {
+		return nil, nil
+	}
+	return c, nil
+}
+
+// consolidate runs one consolidation pass at e.now.
+func (e *engine) consolidate() {
+	c := e.cons
+	c.due = e.now.Add(c.cfg.Every)
+	c.quietOK = false
+	disrupting := 0
+	for n, at := range c.moved {
+		switch {
+		case e.byMachine[n.machine] != n:
+			delete(c.moved, n) // gone
+		case !n.busy() && e.now.Sub(at) > c.grace:
+			// Kept by scale-down (the pool's floor, or another idle node
+			// went first): serve again.
+			delete(c.moved, n)
+			if n.cordoned {
+				n.cordoned = false
+				e.reindex(n)
+				e.placeable = true
+			}
+		default:
+			disrupting++ // emptied, on its way out
+		}
+	}
+	if e.queued > 0 {
+		return // the free space is the waiting work's (Decide says the same)
+	}
+	sig := e.signature()
+	for _, ns := range e.ctl.Status().Nodes {
+		if ns.Draining {
+			disrupting++
+		}
+	}
+	in := &c.in
+	*in = consolidate.Input{Now: e.now, Disrupting: disrupting, MinNodes: e.pcfg.Nodes.Min, Nodes: in.Nodes[:0]}
+	candidates := 0
+	for _, n := range e.nodes {
+		if n == nil {
+			continue
+		}
+		cn := consolidate.Node{ID: n.machine, Ordinal: n.ordinal, Capacity: n.capacity,
+			PricePerHour: e.offs[n.offering].PricePerHour, Cordoned: n.cordoned,
+			Protected: e.pcfg.ProtectFirstNode && n.ordinal == 0}
+		if e.movable(n) {
+			candidates++
+			for _, g := range n.groups {
+				gr := &e.groups[g]
+				cn.Instances = append(cn.Instances, consolidate.Instance{ID: strconv.Itoa(int(g)),
+					Requests: e.shapes[gr.shape], Restartable: true, StartedAt: gr.started, Count: int(gr.count), Moved: gr.moved})
+			}
+		} else if n.busy() {
+			// Only its free space matters: one entry for what it holds.
+			cn.Instances = []consolidate.Instance{{ID: "held", Requests: n.alloc}}
+		}
+		in.Nodes = append(in.Nodes, cn)
+	}
+	if candidates == 0 {
+		c.quiet, c.quietOK = sig, true
+		return
+	}
+	d := consolidate.Decide(c.cfg, *in)
+	if len(d.Moves) == 0 {
+		c.quiet, c.quietOK = sig, true
+		return
+	}
+	for _, m := range d.Moves {
+		if n := e.byMachine[m.Node]; n != nil {
+			e.moveOff(n, m)
+		}
+	}
+}
+
+// movable reports whether n is worth offering to Decide: schedulable,
+// busy, and every group on it restartable.
+func (e *engine) movable(n *node) bool {
+	if n.cordoned || !n.busy() {
+		return false
+	}
+	for _, g := range n.groups {
+		if gr := &e.groups[g]; !e.cons.restartable[gr.job] || gr.moved {
+			return false
+		}
+	}
+	return true
+}
+
+// moveOff carries out a move: n is cordoned and its groups are queued
+// again, counted as moved with the work they lose. A group of work that
+// may not move is an invariant violation (Decide never proposes one).
+func (e *engine) moveOff(n *node, m consolidate.Move) {
+	n.cordoned = true
+	e.reindex(n)
+	gs := slices.Clone(n.groups)
+	slices.SortFunc(gs, func(a, b int32) int {
+		ga, gb := &e.groups[a], &e.groups[b]
+		return cmp.Or(ga.started.Compare(gb.started), cmp.Compare(ga.job, gb.job))
+	})
+	for _, g := range gs {
+		gr := &e.groups[g]
+		if !e.cons.restartable[gr.job] {
+			e.violation("consolidation moved %d instances of job %d, which is not restartable, off node %d", gr.count, gr.job, n.ordinal)
+			e.res.Disrupted += int(gr.count)
+		}
+		e.res.Moved += int(gr.count)
+		e.res.LostWorkHours += max(e.now.Sub(gr.started), 0).Hours() * float64(gr.count)
+		e.stop(g)
+		gr.ran, gr.moved = true, true
+		e.enqueue(g)
+	}
+	e.res.Consolidated++
+	e.res.ExpectedSaving += m.Saving
+	e.cons.moved[n] = e.now
+}
+
+// consolidationDue reports whether a pass is due at e.now.
+func (e *engine) consolidationDue() bool {
+	return e.cons != nil && e.running > 0 && !e.now.Before(e.cons.due) && !e.quiet()
+}
+
+// nextConsolidation is when the next pass is due (zero when none is
+// needed: nothing runs).
+func (e *engine) nextConsolidation() time.Time {
+	if e.cons == nil || e.running == 0 || e.quiet() {
+		return time.Time{}
+	}
+	return e.cons.due
+}

@@ -1,0 +1,40 @@
+package store
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+)
+
+// TestRestartableColumnMigrates opens a database made by a build that knew
+// four migrations: the fifth adds the restartable column, old rows read as
+// not restartable, and new rows keep the flag.
+func TestRestartableColumnMigrates(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "tide.db")
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Roll the file back to schema 4, with a row written then.
+	for _, q := range []string{`ALTER TABLE instances DROP COLUMN restartable`, `PRAGMA user_version = 4`,
+		`INSERT INTO instances (id, name, command, created_at, queued_at) VALUES ('old', 'old', 'true', 1, 1)`} {
+		if _, err := s.w.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s.Close()
+	if s, err = Open(ctx, path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if in := mustGet(t, s, "old"); in.Restartable {
+		t.Fatal("a row from schema 4 reads as restartable")
+	}
+	a := newInst("a")
+	a.Restartable = true
+	mustInsert(t, s, a, newInst("b"))
+	if !mustGet(t, s, "a").Restartable || mustGet(t, s, "b").Restartable {
+		t.Fatal("restartable flag not kept")
+	}
+}
