@@ -214,26 +214,14 @@ func TestTideDecide(t *testing.T) {
 			wantText: "8 queued instances need 3 nodes; 4 already requested",
 		},
 		{
-			// 1 joined and 1 booting; 64 tasks need 16 new nodes, more than
-			// the 1 booting and more than the pool: the burst goes on and
-			// doubles the pool, so 2 + 16/10 spare nodes come too.
-			name: "a backlog that outgrows the nodes booting and the pool gets the burst spare",
-			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 2,
-			nodes:   []capacity.Node{tideNode("a", 4)},
-			pending: []capacity.Pending{tidePending(tideTask, 64)}, state: waited,
-			want: 20, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 16}}, wantCost: 3.2,
-			wantText: "64 queued instances need 16 new nodes and 3 spare",
-		},
-		{
 			// 1 joined and 1 booting; 12 tasks need 3 new nodes, more than
-			// the 1 booting, but a burst this small gets no spare (measured:
-			// such spares cost more node-hours than they save waiting).
-			name: "a small backlog that outgrows the nodes booting gets no spare",
+			// the 1 booting: the burst goes on, so 2 spare nodes come too.
+			name: "a backlog that outgrows the nodes booting gets the burst spare",
 			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 2,
 			nodes:   []capacity.Node{tideNode("a", 4)},
 			pending: []capacity.Pending{tidePending(tideTask, 12)}, state: waited,
-			want: 4, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 3}}, wantCost: 0.6,
-			wantText: "12 queued instances need 3 new nodes and 0 spare",
+			want: 6, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 3}}, wantCost: 0.6,
+			wantText: "12 queued instances need 3 new nodes and 2 spare",
 		},
 		{
 			// 64 tasks need 16 new nodes: the burst spare comes at once, 2 + 16/10.
@@ -406,21 +394,19 @@ func TestTideBurst(t *testing.T) {
 	}
 }
 
-// TestBurstSpare: none while the backlog fits the nodes booting, for a
-// backlog under 16 new nodes, or for one smaller than the pool; 2 + 1 per
-// 10 new nodes for a burst that at least doubles the pool (16 new nodes or
-// more) and outgrows the nodes booting.
+// TestBurstSpare: none while the backlog fits the nodes booting or for a
+// small first scale-up; 2 + 1 per 10 new nodes when the backlog outgrows
+// the nodes booting or needs 16 new nodes or more.
 func TestBurstSpare(t *testing.T) {
 	tests := []struct {
-		newNodes, booting, pool, want int
+		newNodes, booting, want int
 	}{
-		{0, 0, 0, 0}, {0, 3, 3, 0}, {1, 0, 0, 0}, {15, 0, 0, 0}, {16, 0, 0, 3}, {830, 0, 0, 85},
-		{3, 3, 3, 0}, {2, 5, 5, 0}, {4, 3, 3, 0}, {12, 2, 2, 0}, {25, 24, 24, 4}, {25, 24, 26, 0},
-		{16, 0, 16, 3}, {16, 0, 17, 0}, {830, 0, 800, 85}, {830, 0, 831, 0}, {40, 20, 30, 6},
+		{0, 0, 0}, {0, 3, 0}, {1, 0, 0}, {15, 0, 0}, {16, 0, 3}, {830, 0, 85},
+		{3, 3, 0}, {2, 5, 0}, {4, 3, 2}, {12, 2, 3}, {25, 24, 4},
 	}
 	for _, tt := range tests {
-		if got := burstSpare(tt.newNodes, tt.booting, tt.pool); got != tt.want {
-			t.Errorf("burstSpare(%d new, %d booting, pool %d) = %d, want %d", tt.newNodes, tt.booting, tt.pool, got, tt.want)
+		if got := burstSpare(tt.newNodes, tt.booting); got != tt.want {
+			t.Errorf("burstSpare(%d new, %d booting) = %d, want %d", tt.newNodes, tt.booting, got, tt.want)
 		}
 	}
 }
