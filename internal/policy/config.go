@@ -24,7 +24,7 @@ type Config struct {
 	// Cooldown is the minimum time between two scale-down decisions (default 30s).
 	Cooldown time.Duration
 	// IdleTimeout is how long a pool (skyward) or a node (tide) must be idle
-	// before it is released (default 60s).
+	// before it is released (default 60s; 10s for tide, TideIdleTimeout).
 	IdleTimeout time.Duration
 	// SlotsPerNode is how many instances one node runs at once (skyward; default 1).
 	SlotsPerNode int
@@ -84,6 +84,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	setDur(&c.Cooldown, 30*time.Second)
+	if c.Policy == Tide {
+		setDur(&c.IdleTimeout, TideIdleTimeout)
+	}
 	setDur(&c.IdleTimeout, 60*time.Second)
 	setDur(&c.MetricPeriod, time.Minute)
 	setDur(&c.ScaleDownDelay, 10*time.Minute)

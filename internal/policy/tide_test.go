@@ -41,6 +41,9 @@ func tideConfig(t testing.TB, spec capacity.NodeSpec, offs []capacity.Offering, 
 	return cfg
 }
 
+// idle60 sets the idle timeout to 60s (the default before TideIdleTimeout).
+func idle60(c *Config) { c.IdleTimeout = time.Minute }
+
 type tideNodeOpt func(*capacity.Node)
 
 // idleFor marks the node empty since d before tideT0.
@@ -88,7 +91,7 @@ func TestTideDecide(t *testing.T) {
 	}{
 		{
 			name: "steady: nothing queued, nothing idle",
-			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 2,
+			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}, idle60), desired: 2,
 			nodes: []capacity.Node{tideNode("a", 1), tideNode("b", 0, idleFor(10*time.Second))},
 			want:  2, wantCode: CodeSteady, wantText: "1 busy and 1 empty nodes, none idle for 60s",
 		},
@@ -245,11 +248,19 @@ func TestTideDecide(t *testing.T) {
 		},
 		{
 			name: "scale-down of nodes idle beyond the timeout",
-			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 4,
+			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}, idle60), desired: 4,
 			nodes: []capacity.Node{tideNode("a", 1), tideNode("b", 0, idleFor(2*time.Minute)),
 				tideNode("c", 0, idleFor(time.Minute)), tideNode("d", 0, idleFor(59*time.Second))},
 			want: 2, wantCode: CodeScaleDown, wantIdle: []string{"b", "c"},
 			wantText: "2 nodes idle for at least 60s: scale down to 2",
+		},
+		{
+			name: "by default an empty node goes after 10s",
+			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 3,
+			nodes: []capacity.Node{tideNode("a", 1), tideNode("b", 0, idleFor(10*time.Second)),
+				tideNode("c", 0, idleFor(9*time.Second))},
+			want: 2, wantCode: CodeScaleDown, wantIdle: []string{"b"},
+			wantText: "1 node idle for at least 10s: scale down to 2",
 		},
 		{
 			name: "a node running only daemons is empty; one with unknown idle time is kept",
