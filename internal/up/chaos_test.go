@@ -228,9 +228,9 @@ func (s *submitter) run(ctx context.Context, cl *client.Client, names []string, 
 		go func() {
 			defer wg.Done()
 			for name := range next {
-				cpus := 0.25
+				cpus, mem := 0.25, int64(100) // 4 at a time on a node of 1 CPU and 1 GiB
 				req := &api.SubmitRequest{Command: &command, Name: &name,
-					ResourceRequirements: &api.ResourceSpec{CPUCores: &cpus}, Labels: map[string]string{"chaos": "1"}}
+					ResourceRequirements: &api.ResourceSpec{CPUCores: &cpus, MemoryMB: &mem}, Labels: map[string]string{"chaos": "1"}}
 				for ctx.Err() == nil {
 					s.mu.Lock()
 					s.tries++
@@ -294,9 +294,9 @@ func percentile(d []time.Duration, p int) time.Duration {
 // runs N kills of 500 instances; TIDE_CHAOS_SEED replays the printed seed.
 func TestUpKill9DuringPoolBurst(t *testing.T) {
 	kills, full := headChaosSize(t, 3)
-	instances, sleep := 40, "2"
+	instances, sleep := 40, 2
 	if full {
-		instances, sleep = 500, "6"
+		instances, sleep = 500, 6
 	}
 	seed := headChaosSeed(t)
 	replay := fmt.Sprintf("TIDE_CHAOS_SEED=%d", seed)
@@ -317,7 +317,7 @@ func TestUpKill9DuringPoolBurst(t *testing.T) {
 	}
 	t.Cleanup(func() { logf.Close() })
 	runs := filepath.Join(dir, "runs.log")
-	command := fmt.Sprintf(`sleep %s; echo "$TIDE_INSTANCE_ID $TIDE_ATTEMPT" >> %s`, sleep, runs)
+	command := fmt.Sprintf(`sleep %d; echo "$TIDE_INSTANCE_ID $TIDE_ATTEMPT" >> %s`, sleep, runs)
 	port := freePort(t)
 	cl, err := client.New(fmt.Sprintf("http://127.0.0.1:%d", port), "", &http.Client{Timeout: 10 * time.Second})
 	if err != nil {
@@ -463,7 +463,8 @@ func TestUpKill9DuringPoolBurst(t *testing.T) {
 		fatal("submissions not finished within 3m of the last restart")
 	}
 	var list []api.InstanceJSON
-	deadline := time.Now().Add(time.Duration(instances)*time.Second/4 + 90*time.Second)
+	// 16 run at a time (4 nodes of 4): twice that long, and 2 minutes.
+	deadline := time.Now().Add(time.Duration(instances*sleep)*time.Second/16*2 + 2*time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		list, err = cl.Instances(ctx, client.ListOptions{Labels: map[string]string{"chaos": "1"}})
