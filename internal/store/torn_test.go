@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -327,5 +328,74 @@ func TestTornWALTail(t *testing.T) {
 			}
 			t.Logf("%s at byte %d of the log (last commit %d–%d): earlier batches whole, the torn one absent", tear, at, from, to)
 		}
+	}
+}
+
+// TestOpenRefusesDamagedWALHeader: SQLite ignores a write-ahead log whose
+// header is damaged and opens the database at its last checkpoint, so the
+// transactions committed since vanish without an error (the test shows it
+// on a copy). Open refuses such a log with ErrCorrupt naming it; once the
+// log is moved away, as the message says, it opens at the checkpoint.
+func TestOpenRefusesDamagedWALHeader(t *testing.T) {
+	damage := map[string]func(h []byte){
+		"magic":    func(h []byte) { h[3] ^= 0x10 },
+		"salt":     func(h []byte) { h[17] ^= 0xff },
+		"checksum": func(h []byte) { h[30] ^= 0x01 },
+		"zeroed":   func(h []byte) { clear(h) },
+	}
+	for name, f := range damage {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "tide.db")
+			r := startTorn(t, path, 100, 4)
+			for f := r.next(t); f[0] != "done"; f = r.next(t) {
+			}
+			r.kill(t) // the four batches stay in the log: no checkpoint yet
+			wal, err := os.ReadFile(path + "-wal")
+			if err != nil || len(wal) < walHeaderSize {
+				t.Fatalf("no write-ahead log to damage (%d bytes, %v)", len(wal), err)
+			}
+			f(wal[:walHeaderSize])
+			if err := os.WriteFile(path+"-wal", wal, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// What SQLite alone makes of it, on a copy: an empty, valid store.
+			cp := filepath.Join(dir, "copy.db")
+			for _, suffix := range []string{"", "-wal"} {
+				raw, err := os.ReadFile(path + suffix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(cp+suffix, raw, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			db, err := sql.Open("sqlite", "file:"+cp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			err = db.QueryRow(`SELECT count(*) FROM instances`).Scan(&n)
+			db.Close()
+			t.Logf("SQLite alone on the damaged log: %d of 400 committed instances (%v)", n, err)
+
+			s, err := Open(context.Background(), path, Options{})
+			if err == nil {
+				s.Close()
+				t.Fatal("Open accepted a write-ahead log with a damaged header")
+			}
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path+"-wal") {
+				t.Fatalf("Open: %v; want ErrCorrupt naming %s-wal", err, path)
+			}
+			t.Logf("refused: %v", err)
+			if err := os.Rename(path+"-wal", filepath.Join(dir, "moved-wal")); err != nil {
+				t.Fatal(err)
+			}
+			s, err = Open(context.Background(), path, Options{})
+			if err != nil {
+				t.Fatalf("Open once the log is moved away: %v", err)
+			}
+			s.Close()
+		})
 	}
 }
