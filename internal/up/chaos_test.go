@@ -220,7 +220,7 @@ type submitter struct {
 	finished chan struct{}
 }
 
-func (s *submitter) run(ctx context.Context, cl *client.Client, names []string, command string, workers int) {
+func (s *submitter) run(ctx context.Context, cl *client.Client, names []string, command string, workers int, pace time.Duration) {
 	var wg sync.WaitGroup
 	next := make(chan string)
 	for range workers {
@@ -254,6 +254,7 @@ func (s *submitter) run(ctx context.Context, cl *client.Client, names []string, 
 					}
 					break
 				}
+				time.Sleep(pace) // spread the burst over the kills
 			}
 		}()
 	}
@@ -278,8 +279,8 @@ func percentile(d []time.Duration, p int) time.Duration {
 
 // TestUpKill9DuringPoolBurst is issue 16's head chaos: a burst of
 // instances on a local pool that scales from 0 (real `tide up` processes,
-// real worker processes; each instance sleeps 2 s, 6 s at full
-// size, so that the queue outlasts the kills), while `tide up` is killed with SIGKILL at random
+// real worker processes; the submissions are spread over the first
+// kills and the queue lasts for most of them), while `tide up` is killed with SIGKILL at random
 // moments and restarted on the same data dir. A quarter of the kills fall
 // in the restart itself (before the pool converged), the rest at a random
 // moment after it converged. Counted, each must be 0: instances lost (not
@@ -294,9 +295,12 @@ func percentile(d []time.Duration, p int) time.Duration {
 // runs N kills of 500 instances; TIDE_CHAOS_SEED replays the printed seed.
 func TestUpKill9DuringPoolBurst(t *testing.T) {
 	kills, full := headChaosSize(t, 3)
-	instances, sleep := 40, 2
+	// The submissions are spread over window and the queue lasts about
+	// as long as the kills (each ≈ 1.5 s) minus a fifth, so that the
+	// last kills fall while the idle pool scales down to 0.
+	instances, sleep, window := 40, 1, 2*time.Second
 	if full {
-		instances, sleep = 500, 6
+		instances, sleep, window = 500, 4, time.Duration(kills)*time.Second
 	}
 	seed := headChaosSeed(t)
 	replay := fmt.Sprintf("TIDE_CHAOS_SEED=%d", seed)
@@ -419,11 +423,12 @@ func TestUpKill9DuringPoolBurst(t *testing.T) {
 	if _, err := converged(u, 60*time.Second); err != nil {
 		fatal("first start: %v", err)
 	}
-	go sub.run(subCtx, cl, names, command, 4)
+	go sub.run(subCtx, cl, names, command, 4, window*4/time.Duration(instances))
 
 	var recovery []time.Duration
 	var audits []machineAudit
 	duringStart := 0
+	phases := map[string]int{}
 	for k := 1; k <= kills; k++ {
 		var at time.Time
 		if rng.IntN(4) == 0 && k > 1 {
@@ -446,6 +451,18 @@ func TestUpKill9DuringPoolBurst(t *testing.T) {
 			fatal("kill %d: tide up exited by itself", k)
 		case <-time.After(max(0, time.Until(at))):
 		}
+		phase := "restart" // the head does not answer yet
+		if p, err := pool(); err == nil {
+			switch {
+			case p.Queued+p.Inflight > 0:
+				phase = "burst"
+			case p.Ready+p.Pending+p.Draining > 0:
+				phase = "idle or scaling down"
+			default:
+				phase = "at 0"
+			}
+		}
+		phases[phase]++
 		u.kill9(t)
 		audits = append(audits, auditMachines(t, dir, "chaos"))
 		u = startChaosUp(t, dir, port, logf)
@@ -644,9 +661,9 @@ func TestUpKill9DuringPoolBurst(t *testing.T) {
 	sub.mu.Lock()
 	tries, acked, inDoubt := sub.tries, len(sub.acked), len(sub.inDoubt)
 	sub.mu.Unlock()
-	t.Logf("seed %d: %d kills (%d inside a restart); %d instances, %d submission tries, %d acknowledged, %d in doubt (stored, answer cut); "+
+	t.Logf("seed %d: %d kills (%d drawn inside a restart; pool when killed: %v); %d instances, %d submission tries, %d acknowledged, %d in doubt (stored, answer cut); "+
 		"lost %d, completed twice %d, acknowledged but missing %d, stored twice %d; machines: %d created, %d leaked, %d created twice; "+
 		"recovery (restart → pool converged, %d samples) p50 %v p99 %v max %v",
-		seed, kills, duringStart, instances, tries, acked, inDoubt, lost, twice, ackedMissing, storedTwice,
+		seed, kills, duringStart, phases, instances, tries, acked, inDoubt, lost, twice, ackedMissing, storedTwice,
 		len(led), leaked, createdTwice, len(recovery), percentile(recovery, 50), percentile(recovery, 99), percentile(recovery, 100))
 }
