@@ -291,7 +291,8 @@ func percentile(d []time.Duration, p int) time.Duration {
 // TestUpKill9DuringPoolBurst is issue 16's head chaos: a burst of
 // instances on a local pool that scales from 0 (real `tide up` processes,
 // real worker processes; the submissions are spread over the first
-// kills and the queue lasts for most of them), while `tide up` is killed with SIGKILL at random
+// kills, the queue lasts for most of them, and the last tenth fall
+// after it emptied, while the pool scales down), while `tide up` is killed with SIGKILL at random
 // moments and restarted on the same data dir. A quarter of the kills fall
 // in the restart itself (before the pool converged), the rest at a random
 // moment after it converged. Counted, each must be 0: instances lost (not
@@ -307,8 +308,8 @@ func percentile(d []time.Duration, p int) time.Duration {
 func TestUpKill9DuringPoolBurst(t *testing.T) {
 	kills, full := headChaosSize(t, 3)
 	// The submissions are spread over window and the queue lasts about
-	// as long as the kills (each ≈ 1.5 s) minus a fifth, so that the
-	// last kills fall while the idle pool scales down to 0.
+	// as long as the kills (each ≈ 1 s); the last tenth of the kills wait
+	// for the queue to empty, and fall while the idle pool scales down.
 	instances, sleep, window := 40, 1, 2*time.Second
 	if full {
 		instances, sleep, window = 500, 3, time.Duration(kills)*time.Second
@@ -456,6 +457,21 @@ func TestUpKill9DuringPoolBurst(t *testing.T) {
 				recovery = append(recovery, d)
 			}
 			at = time.Now().Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
+			if k > kills-max(1, kills/10) {
+				// The last tenth of the kills: once the queue is empty,
+				// while the idle pool waits out idle_timeout, drains and
+				// deletes its machines.
+				for end := time.Now().Add(5 * time.Minute); ; {
+					if p, err := pool(); err == nil && p.Queued+p.Inflight == 0 {
+						break
+					}
+					if time.Now().After(end) {
+						fatal("kill %d: the queue is not empty 5 minutes on", k)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				at = time.Now().Add(time.Duration(rng.IntN(6000)) * time.Millisecond)
+			}
 		}
 		select {
 		case <-u.done:
