@@ -19,7 +19,7 @@ var ErrCorrupt = fmt.Errorf("database file is corrupt")
 func (s *Store) quickCheck(ctx context.Context) error {
 	rows, err := s.w.QueryContext(ctx, `PRAGMA quick_check(5)`)
 	if err != nil {
-		return fmt.Errorf("%w: quick_check: %v", ErrCorrupt, err)
+		return checkFailed(err, s.path)
 	}
 	defer rows.Close()
 	var found []string
@@ -31,7 +31,7 @@ func (s *Store) quickCheck(ctx context.Context) error {
 		found = append(found, strings.ReplaceAll(strings.TrimSpace(line), "\n", "; "))
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%w: quick_check: %v", ErrCorrupt, err)
+		return checkFailed(err, s.path)
 	}
 	if len(found) == 1 && found[0] == "ok" {
 		return nil

@@ -74,6 +74,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open store: create directory: %w", err)
 	}
+	if err := checkWAL(path); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
 	sync := "NORMAL"
 	if opts.Durable {
 		sync = "FULL"
