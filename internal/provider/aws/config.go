@@ -36,6 +36,12 @@ type Config struct {
 	SecurityGroups []string `json:"security_groups,omitempty"`
 	// InstanceProfile is the IAM instance profile name of the template tide creates.
 	InstanceProfile string `json:"instance_profile,omitempty"`
+	// WorkerDataDir is the tide directory on an instance, where its user
+	// data writes the bootstrap blob (default /var/lib/tide).
+	WorkerDataDir string `json:"worker_data_dir,omitempty"`
+	// TideBinary is the path of the tide binary in the image (default
+	// "tide", found on PATH).
+	TideBinary string `json:"tide_binary,omitempty"`
 	// Subnets are the subnet ids to launch into, one zone each at most; empty
 	// means the default subnets of the region's default VPC.
 	Subnets []string `json:"subnets,omitempty"`
@@ -145,6 +151,12 @@ func ParseConfig(data []byte) (Config, error) {
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "tide"
+	}
+	if c.WorkerDataDir == "" {
+		c.WorkerDataDir = "/var/lib/tide"
+	}
+	if c.TideBinary == "" {
+		c.TideBinary = "tide"
 	}
 	if len(c.Capacity) == 0 {
 		c.Capacity = []capacity.Kind{capacity.OnDemand}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
@@ -40,9 +41,11 @@ type Provider struct {
 	clk    clock.Clock
 	log    *slog.Logger
 
-	template        string            // launch template id
-	templateVersion string            // its version to launch
-	subnets         map[string]string // zone → subnet id
+	template        string                           // launch template id
+	templateVersion string                           // its version to launch (a number)
+	baseData        *types.RequestLaunchTemplateData // what a machine's own version copies
+	keepVersions    atomic.Bool                      // DeleteLaunchTemplateVersions failed once: stop
+	subnets         map[string]string                // zone → subnet id
 	offerings       []capacity.Offering
 	byName          map[string]capacity.Offering
 	queueURL        string
@@ -232,6 +235,14 @@ func (p *Provider) admit(pool string, f provider.Fence) error {
 // instance as described right after.
 func (p *Provider) launch(ctx context.Context, req *provider.CreateRequest, off capacity.Offering) (types.Instance, error) {
 	in := p.fleetInput([]fleetSlot{{Offering: off}}, 1, off.Kind)
+	if len(req.Bootstrap) > 0 {
+		version, err := p.machineVersion(ctx, req)
+		if err != nil {
+			return types.Instance{}, err
+		}
+		defer p.dropVersion(ctx, version)
+		in.LaunchTemplateConfigs[0].LaunchTemplateSpecification.Version = awssdk.String(version)
+	}
 	in.ClientToken = awssdk.String(p.clientToken(req.MachineID))
 	in.TagSpecifications = []types.TagSpecification{{ResourceType: types.ResourceTypeInstance, Tags: p.launchTags(req)}}
 	cctx, cancel := p.call(ctx)
