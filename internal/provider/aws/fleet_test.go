@@ -162,7 +162,7 @@ func instanceIDs(insts []types.Instance) []string {
 // then lost its journal) is adopted by List and deleted by the controller.
 func TestOrphanIsDeleted(t *testing.T) {
 	e := newCtlEnv(t, "", nil, "m5.large/us-east-1a/on-demand")
-	if _, err := e.prov.Create(context.Background(), provider.CreateRequest{Fence: provider.Fence{Controller: "old", Epoch: 1},
+	if _, err := e.prov.Create(context.Background(), provider.CreateRequest{Fence: provider.Fence{Controller: "ctl-a", Epoch: 1},
 		Pool: "gpu", MachineID: "gpu-orphan", Offering: "m5.large/us-east-1a/on-demand"}); err != nil {
 		t.Fatal(err)
 	}

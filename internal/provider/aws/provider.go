@@ -52,6 +52,9 @@ type Provider struct {
 
 	locks [64]sync.Mutex // per machine id (striped): one Create/Delete of an id at a time
 
+	fenceMu     sync.Mutex      // one fence load or raise at a time
+	fenceLoaded map[string]bool // pools whose fence tag was read
+
 	mu         sync.Mutex
 	fences     provider.FenceTable
 	launched   map[string]string    // machine id → instance id launched by this process
@@ -82,7 +85,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{cfg: cfg, clk: clock.Real{}, log: slog.Default(),
-		launched: map[string]string{}, deleting: map[string]string{}, gone: map[string]bool{},
+		fenceLoaded: map[string]bool{}, launched: map[string]string{}, deleting: map[string]string{}, gone: map[string]bool{},
 		bootstraps: map[string][]byte{}, reclaim: map[string]time.Time{}}
 	for _, o := range opts {
 		o(p)
@@ -195,7 +198,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	l := p.lock(req.MachineID)
 	l.Lock()
 	defer l.Unlock()
-	if err := p.admit(req.Pool, req.Fence); err != nil {
+	if err := p.admit(ctx, req.Pool, req.Fence); err != nil {
 		return provider.Ack{}, err
 	}
 	insts, err := p.find(ctx, req.MachineID)
@@ -223,12 +226,6 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	}
 	m, _ := p.view(req.MachineID, []types.Instance{inst})
 	return provider.Ack{MachineID: req.MachineID, State: m.State}, nil
-}
-
-func (p *Provider) admit(pool string, f provider.Fence) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.fences.Admit(pool, f)
 }
 
 // launch runs CreateFleet (instant) for one instance of off and returns the
@@ -308,7 +305,7 @@ func fleetError(offering string, errs []types.CreateFleetError) error {
 func (p *Provider) claim(ctx context.Context, pool string, f provider.Fence, id string) (provider.Machine, types.Instance, func(), error) {
 	l := p.lock(id)
 	l.Lock()
-	if err := p.admit(pool, f); err != nil {
+	if err := p.admit(ctx, pool, f); err != nil {
 		l.Unlock()
 		return provider.Machine{}, types.Instance{}, nil, err
 	}
@@ -343,7 +340,7 @@ func (p *Provider) Configure(ctx context.Context, req provider.ConfigureRequest)
 	}
 	cctx, cancel := p.call(ctx)
 	_, err = p.ec2.CreateTags(cctx, &ec2.CreateTagsInput{Resources: []string{awssdk.ToString(inst.InstanceId)},
-		Tags: bindTags(req.Cluster, req.Bootstrap, p.clk.Now())})
+		Tags: append(bindTags(req.Cluster, req.Bootstrap, p.clk.Now()), fenceTags(req.Fence)...)})
 	cancel()
 	if err != nil {
 		return provider.Ack{}, classify("CreateTags", m.Offering, err)
@@ -393,7 +390,7 @@ func (p *Provider) Delete(ctx context.Context, req provider.DeleteRequest) (prov
 	l := p.lock(req.MachineID)
 	l.Lock()
 	defer l.Unlock()
-	if err := p.admit(req.Pool, req.Fence); err != nil {
+	if err := p.admit(ctx, req.Pool, req.Fence); err != nil {
 		return provider.Ack{}, err
 	}
 	insts, err := p.find(ctx, req.MachineID)
@@ -464,6 +461,7 @@ func (p *Provider) List(ctx context.Context, f provider.Filter) ([]provider.Mach
 	if err != nil {
 		return nil, err
 	}
+	p.observeInstances(insts)
 	byID := map[string][]types.Instance{}
 	for _, in := range insts {
 		id := tagMap(in.Tags)[tagMachine]
@@ -503,6 +501,7 @@ func (p *Provider) find(ctx context.Context, id string) ([]types.Instance, error
 		{Name: awssdk.String("tag:" + tagMachine), Values: []string{id}},
 	}})
 	if err != nil || len(insts) > 0 {
+		p.observeInstances(insts)
 		return insts, err
 	}
 	p.mu.Lock()
