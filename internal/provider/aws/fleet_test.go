@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
@@ -159,20 +160,36 @@ func instanceIDs(insts []types.Instance) []string {
 
 // TestOrphanIsDeleted: an instance tagged for the pool that no journal
 // knows (launched by a controller that crashed before its journal write,
-// then lost its journal) is adopted by List and deleted by the controller.
+// then lost its journal) is adopted by List, left running for the
+// controller's OrphanGrace (on the injected clock) with an orphan-seen
+// event, then deleted with an orphan event.
 func TestOrphanIsDeleted(t *testing.T) {
 	e := newCtlEnv(t, "", nil, "m5.large/us-east-1a/on-demand")
+	e.ctlCfg.OrphanGrace = time.Minute
 	if _, err := e.prov.Create(context.Background(), provider.CreateRequest{Fence: provider.Fence{Controller: "ctl-a", Epoch: 1},
 		Pool: "gpu", MachineID: "gpu-orphan", Offering: "m5.large/us-east-1a/on-demand"}); err != nil {
 		t.Fatal(err)
 	}
 	e.restart() // the new process knows nothing of it but its tags
+	c := ec2Client(t, e.endpoint)
+	for i := range 6 { // seen at the first tick, 50s before the last
+		if err := e.tick(); err != nil {
+			t.Fatal(err)
+		}
+		insts := instancesOf(t, c, e.cfg.Name, "gpu-orphan")
+		if len(insts) != 1 || insts[0].State.Name != types.InstanceStateNameRunning || e.events.count(controller.ReasonOrphan) != 0 {
+			t.Fatalf("tick %d, within the grace: orphan %v, events:\n%s", i+1, instanceIDs(insts), e.events.tail())
+		}
+	}
+	if e.events.count(controller.ReasonOrphanSeen) != 1 {
+		t.Fatalf("want one %s event:\n%s", controller.ReasonOrphanSeen, e.events.tail())
+	}
 	e.setDesired(1)
 	e.tickUntil(1, 20)
 	if e.events.count(controller.ReasonOrphan) != 1 {
 		t.Fatalf("want one %s event:\n%s", controller.ReasonOrphan, e.events.tail())
 	}
-	for _, in := range instancesOf(t, ec2Client(t, e.endpoint), e.cfg.Name, "gpu-orphan") {
+	for _, in := range instancesOf(t, c, e.cfg.Name, "gpu-orphan") {
 		if in.State.Name != types.InstanceStateNameTerminated {
 			t.Fatalf("orphan instance is %s, want terminated", in.State.Name)
 		}
