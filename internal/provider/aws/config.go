@@ -72,6 +72,11 @@ type Config struct {
 	// Interruptions configures the spot interruption queue; nil disables it.
 	Interruptions *Interruptions `json:"interruptions,omitempty"`
 
+	// MaxBatch is the most instances one CreateFleet launches for Creates
+	// that wait on a launch of the same pool, offering and fence, and carry
+	// no per-machine bootstrap (default 20; 1 launches one per call).
+	MaxBatch int `json:"max_batch,omitempty"`
+
 	// CallTimeout bounds every AWS call, retries included (default 30s).
 	CallTimeout Duration `json:"call_timeout,omitzero"`
 	// MaxAttempts bounds the attempts of one call under throttling or
@@ -170,6 +175,9 @@ func (c Config) withDefaults() Config {
 	if c.CallTimeout == 0 {
 		c.CallTimeout = Duration(30 * time.Second)
 	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 20
+	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 8
 	}
@@ -240,6 +248,9 @@ func (c Config) Validate() error {
 	}
 	if c.CallTimeout <= 0 || c.MaxBackoff <= 0 || c.SyncInterval <= 0 {
 		bad("call_timeout", "call_timeout, max_backoff and sync_interval must be positive")
+	}
+	if c.MaxBatch < 1 || c.MaxBatch > 1000 {
+		bad("max_batch", "%d: want 1 to 1000", c.MaxBatch)
 	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > 50 {
 		bad("max_attempts", "%d: want 1 to 50", c.MaxAttempts)

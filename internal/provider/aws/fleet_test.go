@@ -3,6 +3,7 @@ package aws_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -17,8 +18,10 @@ import (
 
 // TestBurstMixedFleet launches 24 machines at once, half spot and half
 // on-demand over two types, through CreateFleet instant (spot with
-// price-capacity-optimized), then releases them all: every Delete ends in
-// NotFound and EC2 runs nothing of the installation.
+// price-capacity-optimized) while the first fleet calls are throttled: the
+// Creates of one offering wait on each other and go several per
+// CreateFleet, each machine gets exactly one instance, and releasing them
+// all leaves nothing running: every Delete ends in NotFound.
 func TestBurstMixedFleet(t *testing.T) {
 	moto := awstest.StartMoto(t)
 	fp := awstest.NewFaultProxy(t, moto.URL)
@@ -26,6 +29,7 @@ func TestBurstMixedFleet(t *testing.T) {
 	ctx := context.Background()
 	offs := []string{"m5.large/us-east-1a/spot", "m5.large/us-east-1b/on-demand", "c5.large/us-east-1b/spot", "c5.large/us-east-1a/on-demand"}
 	const n = 24
+	fp.Throttle("CreateFleet", 2)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
@@ -48,7 +52,20 @@ func TestBurstMixedFleet(t *testing.T) {
 	if err != nil || len(ms) != n {
 		t.Fatalf("List = %d machines, %v; want %d", len(ms), err, n)
 	}
+	biggest := 0
+	for _, f := range fp.Forms("CreateFleet") {
+		k, _ := strconv.Atoi(f.Get("TargetCapacitySpecification.TotalTargetCapacity"))
+		biggest = max(biggest, k)
+	}
+	calls := len(fp.Forms("CreateFleet")) - fp.Injected("throttle")
+	t.Logf("%d machines in %d CreateFleet calls (%d throttled), the biggest for %d", n, calls, fp.Injected("throttle"), biggest)
+	if calls > n/2 || biggest < 2 {
+		t.Fatalf("%d CreateFleet calls for %d machines, the biggest for %d: the burst was not batched", calls, n, biggest)
+	}
 	c := ec2Client(t, moto.URL)
+	if all := instancesOf(t, c, p.Name(), ""); len(all) != n {
+		t.Fatalf("%d instances for %d machines", len(all), n)
+	}
 	spot := 0
 	for _, in := range instancesOf(t, c, p.Name(), "") {
 		if in.InstanceLifecycle == types.InstanceLifecycleTypeSpot {

@@ -52,6 +52,9 @@ type Provider struct {
 
 	locks [64]sync.Mutex // per machine id (striped): one Create/Delete of an id at a time
 
+	bmu     sync.Mutex // guards batches
+	batches map[batchKey]*batchGroup
+
 	fenceMu     sync.Mutex      // one fence load or raise at a time
 	fenceLoaded map[string]bool // pools whose fence tag was read
 
@@ -85,7 +88,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{cfg: cfg, clk: clock.Real{}, log: slog.Default(),
-		fenceLoaded: map[string]bool{}, launched: map[string]string{}, deleting: map[string]string{}, gone: map[string]bool{},
+		fenceLoaded: map[string]bool{}, batches: map[batchKey]*batchGroup{}, launched: map[string]string{}, deleting: map[string]string{}, gone: map[string]bool{},
 		bootstraps: map[string][]byte{}, reclaim: map[string]time.Time{}}
 	for _, o := range opts {
 		o(p)
@@ -231,6 +234,9 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 // launch runs CreateFleet (instant) for one instance of off and returns the
 // instance as described right after.
 func (p *Provider) launch(ctx context.Context, req *provider.CreateRequest, off capacity.Offering) (types.Instance, error) {
+	if len(req.Bootstrap) == 0 && p.cfg.MaxBatch > 1 {
+		return p.launchBatched(ctx, req, off)
+	}
 	in := p.fleetInput([]fleetSlot{{Offering: off}}, 1, off.Kind)
 	if len(req.Bootstrap) > 0 {
 		version, err := p.machineVersion(ctx, req)
@@ -462,6 +468,7 @@ func (p *Provider) List(ctx context.Context, f provider.Filter) ([]provider.Mach
 		return nil, err
 	}
 	p.observeInstances(insts)
+	pairBatches(insts)
 	byID := map[string][]types.Instance{}
 	for _, in := range insts {
 		id := tagMap(in.Tags)[tagMachine]
@@ -508,7 +515,7 @@ func (p *Provider) find(ctx context.Context, id string) ([]types.Instance, error
 	iid := p.launched[id]
 	p.mu.Unlock()
 	if iid == "" {
-		return nil, nil
+		return p.findBatched(ctx, id)
 	}
 	return p.describeIDs(ctx, []string{iid})
 }
