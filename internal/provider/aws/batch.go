@@ -214,9 +214,9 @@ func pairBatches(insts []types.Instance) []int {
 // machine's instances and writes their tide:machine-id (best effort).
 func (p *Provider) findBatched(ctx context.Context, id string) ([]types.Instance, error) {
 	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{
-		{Name: awssdk.String("tag:" + tagOwner), Values: []string{p.cfg.Name}},
 		{Name: awssdk.String("tag:" + tagBatch), Values: []string{"*," + id + ",*"}},
 	}})
+	insts = p.ours(insts)
 	if err != nil || len(insts) == 0 {
 		return nil, err
 	}

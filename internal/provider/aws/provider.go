@@ -457,15 +457,24 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Machine, error)
 }
 
 // List reads every instance tagged for this installation (and the pool,
-// when the filter names one), sorted by machine id.
+// when the filter names one), sorted by machine id. EC2 filters on one
+// tag (the pool's, else the installation's) and the other is checked
+// here: each tag filter costs the emulator a pass over every tag of the
+// account per instance (docs/benchmarks.md), and EC2 nothing more.
 func (p *Provider) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
-	filters := []types.Filter{{Name: awssdk.String("tag:" + tagOwner), Values: []string{p.cfg.Name}}}
+	filter := types.Filter{Name: awssdk.String("tag:" + tagOwner), Values: []string{p.cfg.Name}}
 	if f.Pool != "" {
-		filters = append(filters, types.Filter{Name: awssdk.String("tag:" + tagPool), Values: []string{f.Pool}})
+		filter = types.Filter{Name: awssdk.String("tag:" + tagPool), Values: []string{f.Pool}}
 	}
-	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{Filters: filters, MaxResults: awssdk.Int32(1000)})
+	all, err := p.describe(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{filter}, MaxResults: awssdk.Int32(1000)})
 	if err != nil {
 		return nil, err
+	}
+	insts := all[:0]
+	for _, in := range p.ours(all) {
+		if f.Pool == "" || tagMap(in.Tags)[tagPool] == f.Pool {
+			insts = append(insts, in)
+		}
 	}
 	p.observeInstances(insts)
 	pairBatches(insts)
@@ -486,6 +495,18 @@ func (p *Provider) List(ctx context.Context, f provider.Filter) ([]provider.Mach
 	return out, nil
 }
 
+// ours keeps the instances of this installation (tide:owner), in place:
+// EC2 filters on one tag and the owner is checked here (see List).
+func (p *Provider) ours(insts []types.Instance) []types.Instance {
+	out := insts[:0]
+	for _, in := range insts {
+		if tagMap(in.Tags)[tagOwner] == p.cfg.Name {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
 // owned finds a machine of the pool; NotFound for another pool's machine.
 func (p *Provider) owned(ctx context.Context, pool, id string) (provider.Machine, types.Instance, error) {
 	insts, err := p.find(ctx, id)
@@ -504,9 +525,9 @@ func (p *Provider) owned(ctx context.Context, pool, id string) (provider.Machine
 // search does not see it yet (EC2's reads are eventually consistent).
 func (p *Provider) find(ctx context.Context, id string) ([]types.Instance, error) {
 	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{
-		{Name: awssdk.String("tag:" + tagOwner), Values: []string{p.cfg.Name}},
 		{Name: awssdk.String("tag:" + tagMachine), Values: []string{id}},
 	}})
+	insts = p.ours(insts)
 	if err != nil || len(insts) > 0 {
 		p.observeInstances(insts)
 		return insts, err
