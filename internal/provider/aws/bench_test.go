@@ -13,22 +13,36 @@ import (
 
 	"github.com/tide-project/tide/internal/provider"
 	awsprov "github.com/tide-project/tide/internal/provider/aws"
+	"github.com/tide-project/tide/internal/provider/aws/awstest"
 )
 
-// BenchmarkCreateFleetRoundTrip: one Create (tag lookup, CreateFleet
-// instant, describe) of a fresh machine through the emulator.
+// BenchmarkCreateFleetRoundTrip: one Create of a fresh machine through the
+// emulator: the tag lookup, CreateFleet (instant, one instance), a
+// describe, and either the naming CreateTags (template user data) or,
+// before the launch, the machine's own launch template version (its
+// bootstrap as user data).
 func BenchmarkCreateFleetRoundTrip(b *testing.B) {
 	p, _ := newProvider(b, nil)
 	ctx := context.Background()
 	if _, err := p.Create(ctx, createReq("bench", "warm", "m5.large/us-east-1a/on-demand")); err != nil {
 		b.Fatal(err)
 	}
-	b.ResetTimer()
-	for i := range b.N {
-		if _, err := p.Create(ctx, createReq("bench", fmt.Sprintf("c-%d", i), "m5.large/us-east-1a/on-demand")); err != nil {
-			b.Fatal(err)
+	b.Run("TemplateUserData", func(b *testing.B) {
+		for i := range b.N {
+			if _, err := p.Create(ctx, createReq("bench", fmt.Sprintf("c-%d", i), "m5.large/us-east-1a/on-demand")); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
+	b.Run("OwnBootstrap", func(b *testing.B) {
+		for i := range b.N {
+			req := createReq("bench", fmt.Sprintf("u-%d", i), "m5.large/us-east-1a/on-demand")
+			req.Bootstrap = []byte(`{"version":1,"head":"https://10.0.0.1:8000","token":"t"}`)
+			if _, err := p.Create(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkList1000: List of a pool of 1,000 tagged instances, the way the
@@ -126,19 +140,29 @@ func instancesOfPool(tb testing.TB, c *ec2.Client, owner, pool string) []types.I
 	return out
 }
 
-// BenchmarkBurst100: 100 concurrent Creates (spot and on-demand), until
-// List shows them all, then their release: one op is a whole burst.
+// BenchmarkBurst100: 100 concurrent Creates (spot and on-demand) until
+// List shows them all, then their release (100 Deletes and a Sync): one op
+// is a whole burst. It reports the launch and the release apart, and the
+// CreateFleet calls the launch took (counted by a proxy).
 func BenchmarkBurst100(b *testing.B) {
-	p, _ := newProvider(b, func(c *awsprov.Config) { c.CallTimeout = awsprov.Duration(5 * time.Minute) })
+	moto := awstest.StartMoto(b)
+	fp := awstest.NewFaultProxy(b, moto.URL)
+	p, _ := newProvider(b, func(c *awsprov.Config) {
+		c.Endpoint = fp.URL
+		c.CallTimeout = awsprov.Duration(5 * time.Minute)
+	})
 	ctx := context.Background()
 	if _, err := p.Create(ctx, createReq("warm", "warm", "m5.large/us-east-1a/on-demand")); err != nil {
 		b.Fatal(err)
 	}
 	offs := []string{"m5.large/us-east-1a/spot", "c5.large/us-east-1b/on-demand"}
 	fence := provider.Fence{Controller: "t", Epoch: 1}
+	var launch, release time.Duration
+	fleets := 0
 	b.ResetTimer()
 	for i := range b.N {
 		pool := fmt.Sprintf("burst-%d", i)
+		start, before := time.Now(), fp.Calls("CreateFleet")
 		var wg sync.WaitGroup
 		errs := make(chan error, 100)
 		for j := range 100 {
@@ -157,6 +181,9 @@ func BenchmarkBurst100(b *testing.B) {
 		if err != nil || len(ms) != 100 {
 			b.Fatalf("List = %d, %v", len(ms), err)
 		}
+		launch += time.Since(start)
+		fleets += fp.Calls("CreateFleet") - before
+		start = time.Now()
 		for _, m := range ms {
 			if _, err := p.Delete(ctx, provider.DeleteRequest{Fence: fence, Pool: pool, MachineID: m.ID}); err != nil {
 				b.Fatal(err)
@@ -165,5 +192,9 @@ func BenchmarkBurst100(b *testing.B) {
 		if err := p.Sync(ctx); err != nil {
 			b.Fatal(err)
 		}
+		release += time.Since(start)
 	}
+	b.ReportMetric(launch.Seconds()/float64(b.N), "launch-s/op")
+	b.ReportMetric(release.Seconds()/float64(b.N), "release-s/op")
+	b.ReportMetric(float64(fleets)/float64(b.N), "CreateFleet/op")
 }
