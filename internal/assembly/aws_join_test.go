@@ -17,6 +17,7 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/head"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/aws"
@@ -151,5 +152,32 @@ func TestAWSUserDataIsTheMachinesBootstrap(t *testing.T) {
 	}
 	if cs, err := h.Store().Credentials(ctx, "p-3"); err != nil || len(cs) != 0 {
 		t.Fatalf("credentials of a machine never launched: %+v %v", cs, err)
+	}
+}
+
+// TestOrphanGraceReachesTheController: a pool's scaling.orphan_grace is
+// its controller's OrphanGrace; absent, the controller's default.
+func TestOrphanGraceReachesTheController(t *testing.T) {
+	f, err := config.Parse("pools.yaml", []byte(`
+pools:
+  - name: a
+    provider: {type: sim}
+    nodes: [0, 2]
+    offerings: [{type: c4, cpu: 4, memory: 16Gi, price: 0.2}]
+    scaling: {orphan_grace: 90s}
+  - name: b
+    provider: {type: sim}
+    nodes: [0, 2]
+    offerings: [{type: c4, cpu: 4, memory: 16Gi, price: 0.2}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a Assembly
+	if got := a.controllerConfig(f.Pools[0]).OrphanGrace; got != 90*time.Second {
+		t.Fatalf("pool a: OrphanGrace %s, want 90s", got)
+	}
+	if got := a.controllerConfig(f.Pools[1]).OrphanGrace; got != 0 {
+		t.Fatalf("pool b: OrphanGrace %s, want 0 (the controller's default)", got)
 	}
 }
