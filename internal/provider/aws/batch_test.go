@@ -2,6 +2,7 @@ package aws_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -75,5 +76,34 @@ func TestBatchUnnamedInstancesAreAdopted(t *testing.T) {
 	}
 	if got := fp.Calls("CreateFleet"); got != fleets {
 		t.Fatalf("%d CreateFleet calls after the restart, want none", got-fleets)
+	}
+}
+
+// TestBatchUnderICE: a burst on an out-of-capacity type (injected) fails
+// every Create with InsufficientCapacity naming the offering, in fewer
+// fleet calls than Creates, and launches nothing.
+func TestBatchUnderICE(t *testing.T) {
+	moto := awstest.StartMoto(t)
+	fp := awstest.NewFaultProxy(t, moto.URL)
+	p, _ := newProvider(t, func(c *awsprov.Config) { c.Endpoint = fp.URL })
+	ctx := context.Background()
+	fp.InsufficientCapacity("m5.large", true)
+	const n = 8
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := p.Create(ctx, createReq("ice", fmt.Sprintf("ice-%d", i), "m5.large/us-east-1b/spot"))
+			var ice *provider.InsufficientCapacityError
+			if !errors.As(err, &ice) || ice.Offering != "m5.large/us-east-1b/spot" {
+				t.Errorf("Create on an out-of-capacity type = %v, want InsufficientCapacity for the offering", err)
+			}
+		})
+	}
+	wg.Wait()
+	if calls := fp.Calls("CreateFleet"); calls >= n || calls == 0 {
+		t.Fatalf("%d CreateFleet calls for %d Creates: not batched", calls, n)
+	}
+	if got := instancesOf(t, ec2Client(t, moto.URL), p.Name(), ""); len(got) != 0 {
+		t.Fatalf("%d instances launched under ICE", len(got))
 	}
 }
