@@ -36,3 +36,7 @@ type ec2Pool struct {
 }
 
 func (p ec2Pool) Close() error { p.stop(); return nil }
+
+// JoinsAtCreate forwards the EC2 provider's: instances boot their worker
+// from user data.
+func (p ec2Pool) JoinsAtCreate() bool { return true }

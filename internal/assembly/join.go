@@ -2,6 +2,7 @@ package assembly
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -16,14 +17,58 @@ import (
 // only; Delete revokes the machine's credentials before the provider
 // deletes it, so its blob registers nothing from then on (the head's
 // Forget revokes them too).
+//
+// A provider whose machines boot their worker by themselves (selfJoining:
+// EC2 user data) needs the blob before the machine exists: Create mints
+// it and passes it in CreateRequest.Bootstrap, and revokes it when the
+// Create failed such that no machine has the id (nothing was launched);
+// Configure then only records the binding.
 type joining struct {
 	provider.Provider
 	head    *head.Head
 	headURL string
 }
 
-// Configure mints the machine's blob and configures it with it.
+// selfJoining is a provider whose machines start their worker at boot
+// from a bootstrap handed over at Create.
+type selfJoining interface {
+	JoinsAtCreate() bool
+}
+
+func (j joining) selfJoining() bool {
+	s, ok := j.Provider.(selfJoining)
+	return ok && s.JoinsAtCreate()
+}
+
+// Create mints the machine's blob first when the machine boots its worker
+// by itself. A replayed Create mints a spare credential that expires
+// unused (the head's credential TTL); the machine keeps the first one.
+func (j joining) Create(ctx context.Context, req provider.CreateRequest) (provider.Ack, error) {
+	if !j.selfJoining() || req.Validate() != nil {
+		return j.Provider.Create(ctx, req)
+	}
+	blob, err := j.head.MintBootstrap(ctx, req.Pool, req.MachineID, j.headURL)
+	if err != nil {
+		return provider.Ack{}, fmt.Errorf("create machine %q: bootstrap: %w", req.MachineID, provider.NewTransient(err, 0))
+	}
+	req.Bootstrap = blob
+	ack, err := j.Provider.Create(ctx, req)
+	switch provider.Kind(err) {
+	case provider.KindInvalid, provider.KindInsufficientCapacity, provider.KindQuotaExceeded:
+		// Nothing has the id: its credential must not outlive the attempt.
+		if rerr := j.head.RevokeMachine(ctx, req.MachineID); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("revoking its credential: %w", rerr))
+		}
+	}
+	return ack, err
+}
+
+// Configure mints the machine's blob and configures it with it; a
+// machine that booted with its blob keeps it.
 func (j joining) Configure(ctx context.Context, req provider.ConfigureRequest) (provider.Ack, error) {
+	if j.selfJoining() {
+		return j.Provider.Configure(ctx, req)
+	}
 	blob, err := j.head.MintBootstrap(ctx, req.Pool, req.MachineID, j.headURL)
 	if err != nil {
 		return provider.Ack{}, fmt.Errorf("configure machine %q: bootstrap: %w", req.MachineID, provider.NewTransient(err, 0))

@@ -96,6 +96,7 @@ func (a *Assembly) controllerConfig(pc config.Pool) controller.Config {
 		Bootstrap:         a.boot,
 		ControllerID:      a.cfg.ControllerID,
 		ReconcileInterval: pc.ReconcileEvery(),
+		OrphanGrace:       time.Duration(pc.Scaling.OrphanGrace),
 	}
 }
 

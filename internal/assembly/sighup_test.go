@@ -14,6 +14,7 @@ import (
 
 	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/provider/aws/awstest"
 )
 
 // tideBin is the tide binary, built once for the tests that run it.
@@ -31,6 +32,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	awstest.StopMoto()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -2,10 +2,11 @@ package cli
 
 import (
 	"fmt"
-	"path"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tide-project/tide/internal/provider"
 )
 
 func newBootstrapCmd(s Streams) *cobra.Command {
@@ -58,40 +59,5 @@ The script holds a secret: hand it to the machine only (user-data), not to logs.
 
 // bootstrapScript renders the boot script; blob is one line of JSON.
 func bootstrapScript(format, blob, dataDir, tide, machine, pool string) string {
-	blobPath := path.Join(dataDir, "bootstrap.json")
-	run := fmt.Sprintf("%s worker --bootstrap %s --data-dir %s", shellQuote(tide), shellQuote(blobPath), shellQuote(path.Join(dataDir, "worker")))
-	if format == "cloud-init" {
-		return fmt.Sprintf(`#cloud-config
-# tide: machine %s joins pool %s. Holds a join credential: user-data only.
-write_files:
-  - path: %s
-    permissions: "0600"
-    content: |
-      %s
-runcmd:
-  - [sh, -c, %q]
-`, machine, pool, blobPath, blob, "nohup "+run+" >>/var/log/tide-worker.log 2>&1 &")
-	}
-	return fmt.Sprintf(`#!/bin/sh
-# tide: machine %s joins pool %s. Holds a join credential: user-data only.
-set -eu
-umask 077
-mkdir -p %s
-cat > %s <<'TIDE_BOOTSTRAP'
-%s
-TIDE_BOOTSTRAP
-exec %s
-`, machine, pool, shellQuote(dataDir), shellQuote(blobPath), blob, run)
-}
-
-// shellQuote quotes s for sh when it holds anything but safe characters.
-func shellQuote(s string) string {
-	safe := s != ""
-	for _, c := range s {
-		safe = safe && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("/._-:=+", c))
-	}
-	if safe {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return provider.BootScript(format, []byte(blob), dataDir, tide, machine, pool)
 }

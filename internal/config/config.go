@@ -86,6 +86,7 @@ type Scaling struct {
 	BatchWindow        Duration  `json:"batch_window,omitempty"`
 	Headroom           int       `json:"headroom,omitempty"`
 	ConsolidateAfter   Duration  `json:"consolidate_after,omitempty"`
+	OrphanGrace        Duration  `json:"orphan_grace,omitempty"`
 }
 
 // ScaleStep bounds one target-tracking step.

@@ -31,6 +31,12 @@ const (
 	DefaultMaxRetries = 5
 	// DefaultCluster is the cluster name Configure binds machines to.
 	DefaultCluster = "tide"
+	// DefaultOrphanGrace is how long a machine of the pool that no journal
+	// knows is left alone before it is deleted: longer than a few reconcile
+	// ticks, a leader handover and the lag of a cloud's eventually
+	// consistent reads (EC2 tags), short enough that a stray instance is
+	// not paid for long.
+	DefaultOrphanGrace = 2 * time.Minute
 )
 
 // MaxPoolNameLen bounds Config.Pool so that every machine id
@@ -78,6 +84,13 @@ type Config struct {
 	// Create or Configure are retried (one per tick) before the machine is
 	// reported lost and replaced. Deletes are retried forever.
 	MaxRetries int
+	// OrphanGrace is how long a machine of the pool that no journal knows
+	// (an orphan: launched by a controller that lost its journal, or not
+	// yet journaled where this controller can read) is left alone, from the
+	// first List that shows it, before it is deleted; an event says when
+	// it is seen and when it is deleted. Zero means DefaultOrphanGrace; a
+	// negative value deletes at first sight.
+	OrphanGrace time.Duration
 }
 
 // withDefaults returns c with zero fields set to their defaults and its
@@ -97,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxRetries == 0 {
 		c.MaxRetries = DefaultMaxRetries
+	}
+	if c.OrphanGrace == 0 {
+		c.OrphanGrace = DefaultOrphanGrace
 	}
 	c.Offerings = slices.Clone(c.Offerings)
 	c.Bootstrap = slices.Clone(c.Bootstrap)

@@ -51,6 +51,9 @@ type Controller struct {
 	doomed    []*doomed // machines to delete until NotFound, oldest first
 	doomedBy  map[string]*doomed
 	skipUntil map[string]time.Time // offering name → skipped until
+	// orphanSeen is when each orphan (a listed machine no journal knows)
+	// was first seen; it is deleted OrphanGrace later.
+	orphanSeen map[string]time.Time
 	// lastLaunch is the purchase's launch of the last node launched by one
 	// (nil until then): the default for nodes a Provision has no launch for.
 	lastLaunch *capacity.Launch
@@ -110,7 +113,8 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		cfg: cfg, prov: prov, journal: deps.Journal, work: deps.Workload, clock: clk,
 		log: logger.With("pool", cfg.Pool), sink: deps.Events, metrics: metrics, offerings: offs,
 		byMachine: map[string]*node{}, doomedBy: map[string]*doomed{}, skipUntil: map[string]time.Time{},
-		listed: map[string]*provider.Machine{}, poke: make(chan struct{}, 1),
+		orphanSeen: map[string]time.Time{},
+		listed:     map[string]*provider.Machine{}, poke: make(chan struct{}, 1),
 	}
 	c.status = Status{Pool: cfg.Pool}
 	return c, nil

@@ -365,17 +365,47 @@ func TestQuotaStopsCreating(t *testing.T) {
 }
 
 // TestOrphansAreDeleted: a machine in the pool that the journal does not
-// know (created by a controller whose journal was lost) is deleted.
+// know (created by a controller whose journal was lost) is left alone for
+// OrphanGrace from its first sighting (an orphan-seen event says when it
+// goes), then deleted with an orphan event; a negative grace deletes it at
+// first sight.
 func TestOrphansAreDeleted(t *testing.T) {
-	e := newEnv(t, setup{})
-	f := provider.Fence{Controller: "ctl-a", Epoch: 1}
-	if _, err := e.cloud.Create(e.ctx, provider.CreateRequest{Fence: f, Pool: pool, MachineID: "stray-1", Offering: onDemand}); err != nil {
-		t.Fatal(err)
-	}
-	e.setDesired(1)
-	e.tickUntil(1, 5)
-	if got := e.events.find(controller.ReasonOrphan, "stray-1"); len(got) != 1 {
-		t.Errorf("want one orphan event for stray-1:\n%s", e.events.tail(10))
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+		alive int // ticks it is left alone
+	}{
+		{"default grace", 0, int(controller.DefaultOrphanGrace / interval)},
+		{"configured grace", 3*interval + interval/2, 4},
+		{"at first sight", -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, setup{cfg: func(c *controller.Config) {
+				c.OrphanGrace = tc.grace
+			}})
+			f := provider.Fence{Controller: "ctl-a", Epoch: 1}
+			if _, err := e.cloud.Create(e.ctx, provider.CreateRequest{Fence: f, Pool: pool, MachineID: "stray-1", Offering: onDemand}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range tc.alive {
+				e.mustTick()
+				if len(e.events.find(controller.ReasonOrphan, "stray-1")) != 0 {
+					t.Fatalf("orphan deleted after %d ticks, within its grace:\n%s", i+1, e.events.tail(10))
+				}
+				if _, err := e.cloud.Get(e.ctx, "stray-1"); err != nil {
+					t.Fatalf("orphan within its grace: %v", err)
+				}
+			}
+			seen := len(e.events.find(controller.ReasonOrphanSeen, "stray-1"))
+			if want := min(tc.alive, 1); seen != want {
+				t.Fatalf("%d orphan-seen events, want %d:\n%s", seen, want, e.events.tail(10))
+			}
+			e.setDesired(1)
+			e.tickUntil(1, 5)
+			if got := e.events.find(controller.ReasonOrphan, "stray-1"); len(got) != 1 {
+				t.Errorf("want one orphan event for stray-1:\n%s", e.events.tail(10))
+			}
+		})
 	}
 }
 

@@ -68,6 +68,9 @@ const (
 	ReasonDeleted = "deleted"
 	// ReasonOrphan: a machine of the pool that no journal knows is deleted.
 	ReasonOrphan = "orphan"
+	// ReasonOrphanSeen: a machine of the pool that no journal knows was
+	// seen; it is deleted once Config.OrphanGrace has passed.
+	ReasonOrphanSeen = "orphan-seen"
 	// ReasonNodeLost: a machine disappeared, failed or is being deleted by
 	// someone else.
 	ReasonNodeLost = "node-lost"

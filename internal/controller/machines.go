@@ -381,6 +381,7 @@ func (c *Controller) observe(ctx context.Context) {
 			c.observeNode(ctx, n, c.listed[n.rec.MachineID], now, true)
 		}
 	}
+	c.forgetOrphans()
 	for i := 0; i < len(c.list) && !c.deposed; i++ {
 		if m := &c.list[i]; c.byMachine[m.ID] == nil && c.doomedBy[m.ID] == nil {
 			c.orphan(ctx, m)
@@ -603,11 +604,36 @@ func (c *Controller) persist(ctx context.Context, d *doomed) {
 	d.persisted = true
 }
 
-// orphan dooms a machine of the pool that no journal knows.
+// orphan dooms a machine of the pool that no journal knows, once
+// OrphanGrace has passed since it was first seen.
 func (c *Controller) orphan(ctx context.Context, m *provider.Machine) {
+	now := c.clock.Now()
+	seen, ok := c.orphanSeen[m.ID]
+	if !ok {
+		seen = now
+		c.orphanSeen[m.ID] = now
+		if c.cfg.OrphanGrace > 0 && !c.deposed {
+			c.emit(TypeWarning, ReasonOrphanSeen, "machine %s (%s, %s) is in the pool but in no journal: deleting it at %s unless it is claimed",
+				m.ID, m.Offering, m.State, now.Add(c.cfg.OrphanGrace).UTC().Format(time.RFC3339))
+		}
+	}
+	if now.Sub(seen) < c.cfg.OrphanGrace {
+		return
+	}
+	delete(c.orphanSeen, m.ID)
 	c.doom(ctx, Record{MachineID: m.ID, Ordinal: -1, Offering: m.Offering, Intent: IntentDelete})
 	if !c.deposed {
-		c.emit(TypeWarning, ReasonOrphan, "machine %s (%s, %s) is in the pool but in no journal: deleting it", m.ID, m.Offering, m.State)
+		c.emit(TypeWarning, ReasonOrphan, "machine %s (%s, %s) is in the pool but in no journal (seen %s ago): deleting it", m.ID, m.Offering, m.State, now.Sub(seen))
+	}
+}
+
+// forgetOrphans drops the first sightings of machines no longer listed or
+// now known.
+func (c *Controller) forgetOrphans() {
+	for id := range c.orphanSeen {
+		if c.listed[id] == nil || c.byMachine[id] != nil || c.doomedBy[id] != nil {
+			delete(c.orphanSeen, id)
+		}
 	}
 }
 

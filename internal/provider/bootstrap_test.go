@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -118,5 +119,24 @@ func TestBootstrapMachineFields(t *testing.T) {
 	}
 	if LogToken("s", "a") == LogToken("s", "b") || LogToken("s", "a") == LogToken("t", "a") || LogToken("", "a") != "" {
 		t.Error("log tokens are not per worker and per secret")
+	}
+}
+
+// TestBootScriptBlobRoundTrip: the blob BootScript writes into either
+// format is the one BootScriptBlob reads back; other text has none.
+func TestBootScriptBlobRoundTrip(t *testing.T) {
+	blob, err := Bootstrap{Head: "https://10.0.0.1:8000", Token: "tok", Pool: "p", Machine: "p-1"}.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range []string{BootShell, BootCloudInit} {
+		script := BootScript(format, blob, "/var/lib/tide", "tide", "p-1", "p")
+		got, err := BootScriptBlob([]byte(script))
+		if err != nil || !bytes.Equal(got, blob) {
+			t.Fatalf("%s: blob %q, %v; want %q", format, got, err, blob)
+		}
+	}
+	if _, err := BootScriptBlob([]byte("#!/bin/sh\necho hi\n")); err == nil {
+		t.Fatal("a script without a blob: no error")
 	}
 }

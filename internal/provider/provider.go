@@ -105,6 +105,11 @@ type CreateRequest struct {
 	Offering string
 	// Labels are attached to the machine and shown back by Get and List.
 	Labels map[string]string
+	// Bootstrap is the blob a machine that boots its worker by itself
+	// (cloud user data) joins with, when the caller has one at Create;
+	// opaque like ConfigureRequest.Bootstrap. Providers that do not boot
+	// workers themselves ignore it.
+	Bootstrap []byte
 }
 
 // Validate checks the request's fields; errors are InvalidErrors naming the field.
@@ -112,6 +117,9 @@ func (r *CreateRequest) Validate() error {
 	errs := []error{r.Fence.Validate(), validName("pool", r.Pool), validName("machine_id", r.MachineID)}
 	if r.Offering == "" {
 		errs = append(errs, NewInvalid("offering", "must be set"))
+	}
+	if len(r.Bootstrap) > MaxBootstrapSize {
+		errs = append(errs, NewInvalid("bootstrap", fmt.Sprintf("%d bytes, at most %d allowed", len(r.Bootstrap), MaxBootstrapSize)))
 	}
 	for k := range r.Labels {
 		if k == "" {

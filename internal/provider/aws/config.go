@@ -36,6 +36,12 @@ type Config struct {
 	SecurityGroups []string `json:"security_groups,omitempty"`
 	// InstanceProfile is the IAM instance profile name of the template tide creates.
 	InstanceProfile string `json:"instance_profile,omitempty"`
+	// WorkerDataDir is the tide directory on an instance, where its user
+	// data writes the bootstrap blob (default /var/lib/tide).
+	WorkerDataDir string `json:"worker_data_dir,omitempty"`
+	// TideBinary is the path of the tide binary in the image (default
+	// "tide", found on PATH).
+	TideBinary string `json:"tide_binary,omitempty"`
 	// Subnets are the subnet ids to launch into, one zone each at most; empty
 	// means the default subnets of the region's default VPC.
 	Subnets []string `json:"subnets,omitempty"`
@@ -65,6 +71,11 @@ type Config struct {
 
 	// Interruptions configures the spot interruption queue; nil disables it.
 	Interruptions *Interruptions `json:"interruptions,omitempty"`
+
+	// MaxBatch is the most instances one CreateFleet launches for Creates
+	// that wait on a launch of the same pool, offering and fence, and carry
+	// no per-machine bootstrap (default 20; 1 launches one per call).
+	MaxBatch int `json:"max_batch,omitempty"`
 
 	// CallTimeout bounds every AWS call, retries included (default 30s).
 	CallTimeout Duration `json:"call_timeout,omitzero"`
@@ -146,6 +157,12 @@ func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "tide"
 	}
+	if c.WorkerDataDir == "" {
+		c.WorkerDataDir = "/var/lib/tide"
+	}
+	if c.TideBinary == "" {
+		c.TideBinary = "tide"
+	}
 	if len(c.Capacity) == 0 {
 		c.Capacity = []capacity.Kind{capacity.OnDemand}
 	}
@@ -157,6 +174,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = Duration(30 * time.Second)
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 20
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 8
@@ -228,6 +248,9 @@ func (c Config) Validate() error {
 	}
 	if c.CallTimeout <= 0 || c.MaxBackoff <= 0 || c.SyncInterval <= 0 {
 		bad("call_timeout", "call_timeout, max_backoff and sync_interval must be positive")
+	}
+	if c.MaxBatch < 1 || c.MaxBatch > 1000 {
+		bad("max_batch", "%d: want 1 to 1000", c.MaxBatch)
 	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > 50 {
 		bad("max_attempts", "%d: want 1 to 50", c.MaxAttempts)

@@ -18,6 +18,18 @@
 // data, and the cluster binding is recorded in the tags tide:cluster and
 // tide:bound.
 //
+// # User data: each machine's own bootstrap
+//
+// An instance starts its worker by itself (JoinsAtCreate): the caller (the
+// assembly's joining wrapper) mints the machine's credential before Create
+// and passes the blob in CreateRequest.Bootstrap. Create renders it as the
+// cloud-init of `tide bootstrap --format cloud-init` (WorkerDataDir,
+// TideBinary) and, since CreateFleet takes user data from the launch
+// template only, launches from a version of the template made for that
+// machine (the pool's template's image, security groups, key and instance
+// profile, SourceVersion its default version), deleted once the instance
+// exists. A Create without a bootstrap uses the template as it is.
+//
 // # Mapping to the machine model
 //
 //	pending                      → Creating

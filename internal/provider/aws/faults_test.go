@@ -62,6 +62,10 @@ func TestICEFallsBackToNextType(t *testing.T) {
 	if n := e.events.count(controller.ReasonInsufficientCapacity); n == 0 {
 		t.Fatalf("no %s event", controller.ReasonInsufficientCapacity)
 	}
+	// The ICE cache: within its backoff m5.large is not asked for again.
+	if n := fp.Injected("ice"); n != 1 {
+		t.Fatalf("m5.large was asked for %d times out of capacity, want 1 (then skipped)", n)
+	}
 	for _, in := range e.live() {
 		if in.InstanceType != "c5.large" {
 			t.Fatalf("instance %s is %s, want c5.large (m5.large is out of capacity)", *in.InstanceId, in.InstanceType)

@@ -3,8 +3,10 @@ package aws_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
@@ -16,8 +18,10 @@ import (
 
 // TestBurstMixedFleet launches 24 machines at once, half spot and half
 // on-demand over two types, through CreateFleet instant (spot with
-// price-capacity-optimized), then releases them all: every Delete ends in
-// NotFound and EC2 runs nothing of the installation.
+// price-capacity-optimized) while the first fleet calls are throttled: the
+// Creates of one offering wait on each other and go several per
+// CreateFleet, each machine gets exactly one instance, and releasing them
+// all leaves nothing running: every Delete ends in NotFound.
 func TestBurstMixedFleet(t *testing.T) {
 	moto := awstest.StartMoto(t)
 	fp := awstest.NewFaultProxy(t, moto.URL)
@@ -25,6 +29,7 @@ func TestBurstMixedFleet(t *testing.T) {
 	ctx := context.Background()
 	offs := []string{"m5.large/us-east-1a/spot", "m5.large/us-east-1b/on-demand", "c5.large/us-east-1b/spot", "c5.large/us-east-1a/on-demand"}
 	const n = 24
+	fp.Throttle("CreateFleet", 2)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
@@ -47,7 +52,20 @@ func TestBurstMixedFleet(t *testing.T) {
 	if err != nil || len(ms) != n {
 		t.Fatalf("List = %d machines, %v; want %d", len(ms), err, n)
 	}
+	biggest := 0
+	for _, f := range fp.Forms("CreateFleet") {
+		k, _ := strconv.Atoi(f.Get("TargetCapacitySpecification.TotalTargetCapacity"))
+		biggest = max(biggest, k)
+	}
+	calls := len(fp.Forms("CreateFleet")) - fp.Injected("throttle")
+	t.Logf("%d machines in %d CreateFleet calls (%d throttled), the biggest for %d", n, calls, fp.Injected("throttle"), biggest)
+	if calls > n/2 || biggest < 2 {
+		t.Fatalf("%d CreateFleet calls for %d machines, the biggest for %d: the burst was not batched", calls, n, biggest)
+	}
 	c := ec2Client(t, moto.URL)
+	if all := instancesOf(t, c, p.Name(), ""); len(all) != n {
+		t.Fatalf("%d instances for %d machines", len(all), n)
+	}
 	spot := 0
 	for _, in := range instancesOf(t, c, p.Name(), "") {
 		if in.InstanceLifecycle == types.InstanceLifecycleTypeSpot {
@@ -159,20 +177,36 @@ func instanceIDs(insts []types.Instance) []string {
 
 // TestOrphanIsDeleted: an instance tagged for the pool that no journal
 // knows (launched by a controller that crashed before its journal write,
-// then lost its journal) is adopted by List and deleted by the controller.
+// then lost its journal) is adopted by List, left running for the
+// controller's OrphanGrace (on the injected clock) with an orphan-seen
+// event, then deleted with an orphan event.
 func TestOrphanIsDeleted(t *testing.T) {
 	e := newCtlEnv(t, "", nil, "m5.large/us-east-1a/on-demand")
-	if _, err := e.prov.Create(context.Background(), provider.CreateRequest{Fence: provider.Fence{Controller: "old", Epoch: 1},
+	e.ctlCfg.OrphanGrace = time.Minute
+	if _, err := e.prov.Create(context.Background(), provider.CreateRequest{Fence: provider.Fence{Controller: "ctl-a", Epoch: 1},
 		Pool: "gpu", MachineID: "gpu-orphan", Offering: "m5.large/us-east-1a/on-demand"}); err != nil {
 		t.Fatal(err)
 	}
 	e.restart() // the new process knows nothing of it but its tags
+	c := ec2Client(t, e.endpoint)
+	for i := range 6 { // seen at the first tick, 50s before the last
+		if err := e.tick(); err != nil {
+			t.Fatal(err)
+		}
+		insts := instancesOf(t, c, e.cfg.Name, "gpu-orphan")
+		if len(insts) != 1 || insts[0].State.Name != types.InstanceStateNameRunning || e.events.count(controller.ReasonOrphan) != 0 {
+			t.Fatalf("tick %d, within the grace: orphan %v, events:\n%s", i+1, instanceIDs(insts), e.events.tail())
+		}
+	}
+	if e.events.count(controller.ReasonOrphanSeen) != 1 {
+		t.Fatalf("want one %s event:\n%s", controller.ReasonOrphanSeen, e.events.tail())
+	}
 	e.setDesired(1)
 	e.tickUntil(1, 20)
 	if e.events.count(controller.ReasonOrphan) != 1 {
 		t.Fatalf("want one %s event:\n%s", controller.ReasonOrphan, e.events.tail())
 	}
-	for _, in := range instancesOf(t, ec2Client(t, e.endpoint), e.cfg.Name, "gpu-orphan") {
+	for _, in := range instancesOf(t, c, e.cfg.Name, "gpu-orphan") {
 		if in.State.Name != types.InstanceStateNameTerminated {
 			t.Fatalf("orphan instance is %s, want terminated", in.State.Name)
 		}

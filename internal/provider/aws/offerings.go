@@ -84,8 +84,9 @@ func (p *Provider) resolveTemplate(ctx context.Context) error {
 		if err != nil || len(out.LaunchTemplates) == 0 {
 			return fmt.Errorf("provider aws: launch_template: %q not found: %w", p.cfg.LaunchTemplate, classify("DescribeLaunchTemplates", "", err))
 		}
-		p.template, p.templateVersion = awssdk.ToString(out.LaunchTemplates[0].LaunchTemplateId), "$Default"
-		return nil
+		lt := out.LaunchTemplates[0]
+		p.template, p.templateVersion = awssdk.ToString(lt.LaunchTemplateId), fmt.Sprint(awssdk.ToInt64(lt.DefaultVersionNumber))
+		return p.readTemplate(ctx)
 	}
 	data := &types.RequestLaunchTemplateData{
 		ImageId: awssdk.String(p.cfg.ImageID),
@@ -104,6 +105,7 @@ func (p *Provider) resolveTemplate(ctx context.Context) error {
 	if len(p.cfg.UserData) > 0 {
 		data.UserData = awssdk.String(encodeUserData(p.cfg.UserData))
 	}
+	p.baseData = data
 	name := "tide-" + p.cfg.Name
 	cctx, cancel := p.call(ctx)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
@@ -40,14 +41,22 @@ type Provider struct {
 	clk    clock.Clock
 	log    *slog.Logger
 
-	template        string            // launch template id
-	templateVersion string            // its version to launch
-	subnets         map[string]string // zone → subnet id
+	template        string                           // launch template id
+	templateVersion string                           // its version to launch (a number)
+	baseData        *types.RequestLaunchTemplateData // what a machine's own version copies
+	keepVersions    atomic.Bool                      // DeleteLaunchTemplateVersions failed once: stop
+	subnets         map[string]string                // zone → subnet id
 	offerings       []capacity.Offering
 	byName          map[string]capacity.Offering
 	queueURL        string
 
 	locks [64]sync.Mutex // per machine id (striped): one Create/Delete of an id at a time
+
+	bmu     sync.Mutex // guards batches
+	batches map[batchKey]*batchGroup
+
+	fenceMu     sync.Mutex      // one fence load or raise at a time
+	fenceLoaded map[string]bool // pools whose fence tag was read
 
 	mu         sync.Mutex
 	fences     provider.FenceTable
@@ -79,7 +88,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{cfg: cfg, clk: clock.Real{}, log: slog.Default(),
-		launched: map[string]string{}, deleting: map[string]string{}, gone: map[string]bool{},
+		fenceLoaded: map[string]bool{}, batches: map[batchKey]*batchGroup{}, launched: map[string]string{}, deleting: map[string]string{}, gone: map[string]bool{},
 		bootstraps: map[string][]byte{}, reclaim: map[string]time.Time{}}
 	for _, o := range opts {
 		o(p)
@@ -192,7 +201,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	l := p.lock(req.MachineID)
 	l.Lock()
 	defer l.Unlock()
-	if err := p.admit(req.Pool, req.Fence); err != nil {
+	if err := p.admit(ctx, req.Pool, req.Fence); err != nil {
 		return provider.Ack{}, err
 	}
 	insts, err := p.find(ctx, req.MachineID)
@@ -222,16 +231,21 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	return provider.Ack{MachineID: req.MachineID, State: m.State}, nil
 }
 
-func (p *Provider) admit(pool string, f provider.Fence) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.fences.Admit(pool, f)
-}
-
 // launch runs CreateFleet (instant) for one instance of off and returns the
 // instance as described right after.
 func (p *Provider) launch(ctx context.Context, req *provider.CreateRequest, off capacity.Offering) (types.Instance, error) {
+	if len(req.Bootstrap) == 0 && p.cfg.MaxBatch > 1 {
+		return p.launchBatched(ctx, req, off)
+	}
 	in := p.fleetInput([]fleetSlot{{Offering: off}}, 1, off.Kind)
+	if len(req.Bootstrap) > 0 {
+		version, err := p.machineVersion(ctx, req)
+		if err != nil {
+			return types.Instance{}, err
+		}
+		defer p.dropVersion(ctx, version)
+		in.LaunchTemplateConfigs[0].LaunchTemplateSpecification.Version = awssdk.String(version)
+	}
 	in.ClientToken = awssdk.String(p.clientToken(req.MachineID))
 	in.TagSpecifications = []types.TagSpecification{{ResourceType: types.ResourceTypeInstance, Tags: p.launchTags(req)}}
 	cctx, cancel := p.call(ctx)
@@ -297,7 +311,7 @@ func fleetError(offering string, errs []types.CreateFleetError) error {
 func (p *Provider) claim(ctx context.Context, pool string, f provider.Fence, id string) (provider.Machine, types.Instance, func(), error) {
 	l := p.lock(id)
 	l.Lock()
-	if err := p.admit(pool, f); err != nil {
+	if err := p.admit(ctx, pool, f); err != nil {
 		l.Unlock()
 		return provider.Machine{}, types.Instance{}, nil, err
 	}
@@ -332,7 +346,7 @@ func (p *Provider) Configure(ctx context.Context, req provider.ConfigureRequest)
 	}
 	cctx, cancel := p.call(ctx)
 	_, err = p.ec2.CreateTags(cctx, &ec2.CreateTagsInput{Resources: []string{awssdk.ToString(inst.InstanceId)},
-		Tags: bindTags(req.Cluster, req.Bootstrap, p.clk.Now())})
+		Tags: append(bindTags(req.Cluster, req.Bootstrap, p.clk.Now()), fenceTags(req.Fence)...)})
 	cancel()
 	if err != nil {
 		return provider.Ack{}, classify("CreateTags", m.Offering, err)
@@ -382,7 +396,7 @@ func (p *Provider) Delete(ctx context.Context, req provider.DeleteRequest) (prov
 	l := p.lock(req.MachineID)
 	l.Lock()
 	defer l.Unlock()
-	if err := p.admit(req.Pool, req.Fence); err != nil {
+	if err := p.admit(ctx, req.Pool, req.Fence); err != nil {
 		return provider.Ack{}, err
 	}
 	insts, err := p.find(ctx, req.MachineID)
@@ -443,16 +457,27 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Machine, error)
 }
 
 // List reads every instance tagged for this installation (and the pool,
-// when the filter names one), sorted by machine id.
+// when the filter names one), sorted by machine id. EC2 filters on one
+// tag (the pool's, else the installation's) and the other is checked
+// here: each tag filter costs the emulator a pass over every tag of the
+// account per instance (docs/benchmarks.md), and EC2 nothing more.
 func (p *Provider) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
-	filters := []types.Filter{{Name: awssdk.String("tag:" + tagOwner), Values: []string{p.cfg.Name}}}
+	filter := types.Filter{Name: awssdk.String("tag:" + tagOwner), Values: []string{p.cfg.Name}}
 	if f.Pool != "" {
-		filters = append(filters, types.Filter{Name: awssdk.String("tag:" + tagPool), Values: []string{f.Pool}})
+		filter = types.Filter{Name: awssdk.String("tag:" + tagPool), Values: []string{f.Pool}}
 	}
-	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{Filters: filters, MaxResults: awssdk.Int32(1000)})
+	all, err := p.describe(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{filter}, MaxResults: awssdk.Int32(1000)})
 	if err != nil {
 		return nil, err
 	}
+	insts := all[:0]
+	for _, in := range p.ours(all) {
+		if f.Pool == "" || tagMap(in.Tags)[tagPool] == f.Pool {
+			insts = append(insts, in)
+		}
+	}
+	p.observeInstances(insts)
+	pairBatches(insts)
 	byID := map[string][]types.Instance{}
 	for _, in := range insts {
 		id := tagMap(in.Tags)[tagMachine]
@@ -468,6 +493,18 @@ func (p *Provider) List(ctx context.Context, f provider.Filter) ([]provider.Mach
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
+}
+
+// ours keeps the instances of this installation (tide:owner), in place:
+// EC2 filters on one tag and the owner is checked here (see List).
+func (p *Provider) ours(insts []types.Instance) []types.Instance {
+	out := insts[:0]
+	for _, in := range insts {
+		if tagMap(in.Tags)[tagOwner] == p.cfg.Name {
+			out = append(out, in)
+		}
+	}
+	return out
 }
 
 // owned finds a machine of the pool; NotFound for another pool's machine.
@@ -488,17 +525,18 @@ func (p *Provider) owned(ctx context.Context, pool, id string) (provider.Machine
 // search does not see it yet (EC2's reads are eventually consistent).
 func (p *Provider) find(ctx context.Context, id string) ([]types.Instance, error) {
 	insts, err := p.describe(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{
-		{Name: awssdk.String("tag:" + tagOwner), Values: []string{p.cfg.Name}},
 		{Name: awssdk.String("tag:" + tagMachine), Values: []string{id}},
 	}})
+	insts = p.ours(insts)
 	if err != nil || len(insts) > 0 {
+		p.observeInstances(insts)
 		return insts, err
 	}
 	p.mu.Lock()
 	iid := p.launched[id]
 	p.mu.Unlock()
 	if iid == "" {
-		return nil, nil
+		return p.findBatched(ctx, id)
 	}
 	return p.describeIDs(ctx, []string{iid})
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,7 @@ type FaultProxy struct {
 	counts   map[string]int
 	injected map[string]int
 	last     map[string]url.Values // action → its last request's form
+	forms    map[string][]url.Values
 }
 
 // NewFaultProxy starts a proxy to target on 127.0.0.1:0, closed when the
@@ -46,7 +48,7 @@ func NewFaultProxy(tb testing.TB, target string) *FaultProxy {
 		tb.Fatal(err)
 	}
 	p := &FaultProxy{URL: "http://" + l.Addr().String(), ice: map[string]bool{}, throttle: map[string]int{},
-		counts: map[string]int{}, injected: map[string]int{}, last: map[string]url.Values{}}
+		counts: map[string]int{}, injected: map[string]int{}, last: map[string]url.Values{}, forms: map[string][]url.Values{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	p.srv = &http.Server{Handler: p.handler(rp)}
 	go func() { _ = p.srv.Serve(l) }()
@@ -85,6 +87,14 @@ func (p *FaultProxy) LastForm(action string) url.Values {
 	return p.last[action]
 }
 
+// Forms returns the forms of every query-protocol request of the action
+// that reached the proxy (throttled ones included), oldest first.
+func (p *FaultProxy) Forms(action string) []url.Values {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.forms[action])
+}
+
 // Injected returns how many faults of a kind ("ice", "throttle") were injected.
 func (p *FaultProxy) Injected(kind string) int {
 	p.mu.Lock()
@@ -113,6 +123,7 @@ func (p *FaultProxy) handler(next http.Handler) http.Handler {
 		p.mu.Lock()
 		p.counts[action]++
 		p.last[action] = form
+		p.forms[action] = append(p.forms[action], form)
 		throttled := false
 		for _, key := range []string{action, "*"} {
 			if p.throttle[key] > 0 {
