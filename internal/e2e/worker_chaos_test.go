@@ -102,6 +102,39 @@ func (cl *cluster) stopTree(name string, sig syscall.Signal, machine bool) {
 	}
 }
 
+// checkEndedOnce checks that every instance of ids ended once, COMPLETED
+// with exit 0; that no attempt started or ended twice; that the attempt the
+// head recorded ended exactly once; and that a restart-"never" instance ran
+// exactly once. It returns how many instances ran more than one attempt.
+func checkEndedOnce(t *testing.T, cl *cluster, runs string, ids []string, policy map[string]string, what string) int {
+	t.Helper()
+	log := readRunLog(t, runs)
+	rerun := 0
+	for _, id := range ids {
+		in := cl.get(id)
+		if in.Status != "COMPLETED" || in.ExitCode == nil || *in.ExitCode != 0 {
+			t.Errorf("%s: %s ended %s exit %v reason %v, want COMPLETED exit 0", what, id, in.Status, deref(in.ExitCode),
+				deref(in.FailureReason))
+			continue
+		}
+		for att, ev := range log[id] {
+			if ev["start"] > 1 || ev["end"] > 1 {
+				t.Errorf("%s: %s attempt %d ran %v", what, id, att, ev)
+			}
+		}
+		if log[id][in.Attempt]["end"] != 1 {
+			t.Errorf("%s: %s's recorded attempt %d ended %d times", what, id, in.Attempt, log[id][in.Attempt]["end"])
+		}
+		if policy[id] == "never" && (len(log[id]) != 1 || in.Attempt != 1) {
+			t.Errorf("%s: restart-never %s ran attempts %v", what, id, log[id])
+		}
+		if len(log[id]) > 1 {
+			rerun++
+		}
+	}
+	return rerun
+}
+
 // joins counts the times a worker's log says it joined the head.
 func (cl *cluster) joins(name string) int {
 	b, _ := os.ReadFile(filepath.Join(cl.dir, name+".log"))
@@ -263,29 +296,7 @@ func TestWorkerChaos(t *testing.T) {
 			}
 			return true, ""
 		})
-		log := readRunLog(t, runs)
-		for _, id := range ids {
-			in := cl.get(id)
-			if in.Status != "COMPLETED" || in.ExitCode == nil || *in.ExitCode != 0 {
-				t.Errorf("round %d (%s on %s): %s ended %s exit %v reason %v, want COMPLETED exit 0",
-					r, kind, victim, id, in.Status, deref(in.ExitCode), deref(in.FailureReason))
-				continue
-			}
-			for att, ev := range log[id] {
-				if ev["start"] > 1 || ev["end"] > 1 {
-					t.Errorf("round %d: %s attempt %d ran %v", r, id, att, ev)
-				}
-			}
-			if log[id][in.Attempt]["end"] != 1 {
-				t.Errorf("round %d: %s's recorded attempt %d ended %d times", r, id, in.Attempt, log[id][in.Attempt]["end"])
-			}
-			if policy[id] == "never" && (len(log[id]) != 1 || in.Attempt != 1) {
-				t.Errorf("round %d (%s): restart-never %s ran attempts %v", r, kind, id, log[id])
-			}
-			if len(log[id]) > 1 {
-				rerun++
-			}
-		}
+		rerun += checkEndedOnce(t, cl, runs, ids, policy, fmt.Sprintf("round %d (%s on %s)", r, kind, victim))
 		if t.Failed() {
 			t.Fatalf("round %d (%s, victim %s) failed; seed %d", r, kind, victim, seed)
 		}
