@@ -112,8 +112,17 @@ func (f *faultFigures) String() string {
 		}
 		return s[max(0, min(len(s)-1, (p*len(s)+99)/100-1))]
 	}
-	return fmt.Sprintf("%d runs, %d calls, %d failed, %d hung, %d creates refused, %d notices; provisioned twice %d; ticks to desired after the fault p50 %d p99 %d max %d",
-		f.runs, f.calls, f.errs, f.hangs, f.refused, f.noticed, f.double, pct(50), pct(99), s[len(s)-1])
+	if len(s) == 0 {
+		return "no run finished"
+	}
+	late := 0
+	for _, n := range s {
+		if n > 3 {
+			late++
+		}
+	}
+	return fmt.Sprintf("%d runs, %d calls, %d failed, %d hung, %d creates refused, %d notices; provisioned twice %d; ticks to desired after the fault p50 %d p99 %d max %d, %d runs over 3",
+		f.runs, f.calls, f.errs, f.hangs, f.refused, f.noticed, f.double, pct(50), pct(99), s[len(s)-1], late)
 }
 
 // noticeAll gives every live machine of the pool an interruption notice.
@@ -186,7 +195,13 @@ func TestProviderFaultsSim(t *testing.T) {
 							e.mustTick()
 							e.accounted()
 						}
-						ticks := e.tickUntil(ph.desired[len(ph.desired)-1], 3)
+						// Count up to 8 ticks, so the figures show how late a
+						// late run is; more than 3 fails the test.
+						ticks := e.tickUntil(ph.desired[len(ph.desired)-1], 8)
+						if ticks > 3 {
+							t.Errorf("desired %d reached %d ticks after the fault cleared, want ≤ 3\n%s", ph.desired[len(ph.desired)-1],
+								ticks, e.events.tail(40))
+						}
 						checkProvisionedOnce(t, fy)
 						e.setDesired(0)
 						e.tickUntil(0, 5)
@@ -333,7 +348,10 @@ func TestProviderFaultsLocal(t *testing.T) {
 					for l.clk.Now().Before(clearAt.Add(f.notice)) {
 						l.tick()
 					}
-					ticks := l.tickUntil(3, 3)
+					ticks := l.tickUntil(3, 8)
+					if ticks > 3 {
+						t.Errorf("desired 3 reached %d ticks after the fault cleared, want ≤ 3\n%s", ticks, l.events.tail(40))
+					}
 					l.setDesired(0)
 					l.tickUntil(0, 5)
 					fig.add(l.fy.Counts(), ticks)
