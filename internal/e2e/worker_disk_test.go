@@ -125,9 +125,16 @@ func TestWorkerDiskFaults(t *testing.T) {
 			s, err := cl.logText(a)
 			return err == nil && strings.Contains(s, "before") && strings.Contains(s, "after"), fmt.Sprintf("%q %v", tail(s, 400), err)
 		})
-		if s, _ := cl.logText(a); !strings.Contains(s, "bytes of output lost: ") || !strings.Contains(s, "no space left on device") {
-			t.Fatalf("a's log does not say what was lost and why: %q", tail(s, 400))
+		// Output is never lost silently: either all of it is there (the
+		// worker's own atomic rewrites free a page now and then, and the
+		// output may fit), or the log says how much was lost and why.
+		s, _ := cl.logText(a)
+		intact := strings.Count(s, "during the full disk\n") == 20000/21 && strings.Contains(s, "during tafter")
+		noted := strings.Contains(s, "bytes of output lost: ") && strings.Contains(s, "no space left on device")
+		if !intact && !noted {
+			t.Fatalf("a's output was cut and its log does not say what was lost and why: %q", tail(s, 400))
 		}
+		t.Logf("a's output during the full disk: intact %v, loss noted in the log %v", intact, noted)
 		c := cl.submit(spec{cmd: "echo fine"})
 		cl.waitStatus(c, "COMPLETED", 20*time.Second)
 		t.Logf("disk full for %s; a completed once, b failed with a reason, c ran after", time.Since(full).Round(time.Millisecond))
