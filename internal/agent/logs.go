@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -124,6 +125,14 @@ func (l *segmentLog) Write(p []byte) (int, error) {
 		return 0, os.ErrClosed
 	}
 	written := 0
+	if unlinked(l.cur) {
+		// The segment (or the whole log directory) was deleted under a
+		// running instance: continue the stream in a new segment at the
+		// same offset rather than into a file no reader can open.
+		if err := l.rotate(); err != nil {
+			return 0, err
+		}
+	}
 	for len(p) > 0 {
 		if l.curSize >= l.maxBytes {
 			if err := l.rotate(); err != nil {
@@ -146,6 +155,9 @@ func (l *segmentLog) Write(p []byte) (int, error) {
 // segments beyond maxFiles. Called with mu held.
 func (l *segmentLog) rotate() error {
 	base := l.curBase + l.curSize
+	if err := os.MkdirAll(l.dir, 0o700); err != nil { // deleted under us
+		return fmt.Errorf("rotate log %s: %w", l.dir, err)
+	}
 	f, err := os.OpenFile(filepath.Join(l.dir, segmentName(base)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("rotate log %s: %w", l.dir, err)
@@ -166,6 +178,16 @@ func (l *segmentLog) rotate() error {
 		segs = segs[1:]
 	}
 	return nil
+}
+
+// unlinked reports whether f's file has been deleted (no name links to it).
+func unlinked(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink == 0
 }
 
 // Close closes the current segment.

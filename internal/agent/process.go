@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -272,22 +271,44 @@ func (a *Agent) attachOutput(p *proc, reader *os.File) {
 	p.copied = make(chan struct{})
 	l, err := a.logs.acquire(p.key.ID)
 	if err != nil {
-		a.log.Error("cannot open instance log; output is discarded", "instance", p.key.ID, "err", err)
+		a.log.Error("cannot open instance log; output is lost until it can be", "instance", p.key.ID, "err", err)
 	}
 	go func() {
 		defer close(p.copied)
-		var dst io.Writer = io.Discard
-		if l != nil {
-			dst = l
-			defer a.logs.release(p.key.ID, l)
-		}
+		defer func() {
+			if l != nil {
+				a.logs.release(p.key.ID, l)
+			}
+		}()
+		// A failed write (a full disk, a deleted log) loses that output
+		// only: the next chunk tries again, and once one is written the
+		// log says how much was lost and why.
+		var lost int64
+		var why error
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := reader.Read(buf)
 			if n > 0 {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					a.log.Error("write instance log", "instance", p.key.ID, "err", werr)
-					dst = io.Discard
+				var werr error
+				if l == nil {
+					l, werr = a.logs.acquire(p.key.ID)
+				}
+				if lost > 0 && l != nil {
+					if _, werr = fmt.Fprintf(l, "\n[tide worker %s: %d bytes of output lost: %v]\n", a.workerID, lost, why); werr == nil {
+						a.log.Info("instance log writable again", "instance", p.key.ID, "lost_bytes", lost)
+						lost = 0
+					}
+				}
+				m := 0
+				if werr == nil {
+					m, werr = l.Write(buf[:n])
+				}
+				if werr != nil {
+					if lost == 0 {
+						a.log.Error("write instance log; output is lost until a write succeeds", "instance", p.key.ID, "err", werr)
+						why = werr
+					}
+					lost += int64(n - m)
 				}
 			}
 			if err != nil {

@@ -29,6 +29,8 @@ const (
 	// DefaultMaxRetries bounds the consecutive failed attempts of one
 	// machine's Create or Configure before the machine is given up.
 	DefaultMaxRetries = 5
+	// DefaultCallTimeout bounds one provider call.
+	DefaultCallTimeout = time.Minute
 	// DefaultCluster is the cluster name Configure binds machines to.
 	DefaultCluster = "tide"
 	// DefaultOrphanGrace is how long a machine of the pool that no journal
@@ -91,6 +93,11 @@ type Config struct {
 	// it is seen and when it is deleted. Zero means DefaultOrphanGrace; a
 	// negative value deletes at first sight.
 	OrphanGrace time.Duration
+	// CallTimeout bounds each provider call (DefaultCallTimeout when zero):
+	// a call without an answer by then is abandoned and counts as a
+	// transient error that may have taken effect, so a hung provider API
+	// cannot stall the pool's reconciling.
+	CallTimeout time.Duration
 }
 
 // withDefaults returns c with zero fields set to their defaults and its
@@ -113,6 +120,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OrphanGrace == 0 {
 		c.OrphanGrace = DefaultOrphanGrace
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = DefaultCallTimeout
 	}
 	c.Offerings = slices.Clone(c.Offerings)
 	c.Bootstrap = slices.Clone(c.Bootstrap)
@@ -157,7 +167,7 @@ func (c Config) Validate() error {
 		v     time.Duration
 	}{
 		{"reconcile_interval", c.ReconcileInterval}, {"launch_timeout", c.LaunchTimeout},
-		{"capacity_backoff", c.CapacityBackoff},
+		{"capacity_backoff", c.CapacityBackoff}, {"call_timeout", c.CallTimeout},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %s", d.field, d.v))

@@ -102,6 +102,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	if deps.Metrics != nil {
 		prov = provider.Instrument(prov, deps.Metrics, provider.WithClock(clk))
 	}
+	prov = withCallTimeout(prov, cfg.CallTimeout)
 	offs := slices.Clone(cfg.Offerings)
 	slices.SortStableFunc(offs, func(a, b capacity.Offering) int {
 		if c := cmp.Compare(a.EffectiveCost(), b.EffectiveCost()); c != 0 {

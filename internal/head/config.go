@@ -80,6 +80,13 @@ type Config struct {
 	// BodyTimeout bounds how long a request body may take to arrive (a
 	// slowloris defence); api.DefaultBodyTimeout when zero.
 	BodyTimeout time.Duration
+	// HeaderTimeout bounds how long a request's headers may take to arrive
+	// (slow headers); 10s when zero. IdleTimeout closes a keep-alive
+	// connection that sends no next request (an idle connection would
+	// otherwise hold a goroutine for ever); 2m when zero. A held
+	// heartbeat is a request in progress, not an idle connection.
+	HeaderTimeout time.Duration
+	IdleTimeout   time.Duration
 
 	// Clock drives timers; clock.Real{} when nil.
 	Clock clock.Clock

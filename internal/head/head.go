@@ -400,7 +400,14 @@ func Run(ctx context.Context, cfg Config) error {
 // waits for the loops, closes ln and returns nil. It returns the server's
 // error if serving fails first. It does not close the head.
 func (h *Head) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	headerTimeout, idleTimeout := h.cfg.HeaderTimeout, h.cfg.IdleTimeout
+	if headerTimeout <= 0 {
+		headerTimeout = 10 * time.Second
+	}
+	if idleTimeout <= 0 {
+		idleTimeout = 2 * time.Minute
+	}
+	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	if h.cfg.TLSCertFile != "" && h.cert.cur.Load() == nil {
 		if err := h.cert.load(h.cfg.TLSCertFile, h.cfg.TLSKeyFile); err != nil {

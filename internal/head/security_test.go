@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/provider"
@@ -38,10 +40,13 @@ const (
 	secJoin  = "join-token-0123456789"
 )
 
-func newSecEnv(t *testing.T, bodyTimeout time.Duration) *secEnv {
+func newSecEnv(t *testing.T, bodyTimeout time.Duration, mods ...func(*Config)) *secEnv {
 	t.Helper()
 	cfg := Config{DataDir: t.TempDir(), Clock: clock.NewFake(start), ReserveAfter: -1,
-		Token: secAdmin, JoinToken: secJoin, BodyTimeout: bodyTimeout}
+		Token: secAdmin, JoinToken: secJoin, BodyTimeout: bodyTimeout, Registry: prometheus.NewRegistry()}
+	for _, m := range mods {
+		m(&cfg)
+	}
 	h, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -201,6 +206,13 @@ func TestSecurityUnauthenticatedMutations(t *testing.T) {
 		{"POST", "/bootstrap", `{"pool":"p","machine":"m9"}`},
 		{"GET", "/instances", ""},
 		{"GET", "/instances/" + e.inst + "/logs", ""},
+		{"GET", "/instances/" + e.inst, ""},
+		{"GET", "/instances/" + e.inst + "/result", ""},
+		{"GET", "/instances/" + e.inst + "/endpoint", ""},
+		{"GET", "/instances/by-name/victim", ""},
+		{"GET", "/instances/by-name/victim/endpoint", ""},
+		{"GET", "/workers/w1", ""},
+		{"GET", "/metrics", ""},
 		{"GET", "/workers", ""},
 		{"GET", "/events", ""},
 		{"GET", "/watch?since=0", ""},

@@ -319,7 +319,7 @@ var (
 		`CASE WHEN cancel_requested_at IS NOT NULL THEN '' ELSE :reason END`, `'ASSIGNED','RUNNING','UNKNOWN'`)
 )
 
-const runningSQL = `UPDATE instances SET status = 'RUNNING', port = :port, endpoint = :endpoint,
+const runningSQL = `UPDATE instances SET status = 'RUNNING', port = :port, endpoint = :endpoint, failure_reason = '',
 	started_at = COALESCE(started_at, :now), last_report_at = :now
 	WHERE id = :id AND attempt = :attempt AND assigned_worker = :worker AND status IN ('ASSIGNED','UNKNOWN')
 	RETURNING status, pool, queued_at, started_at`
@@ -597,7 +597,7 @@ func (s *Store) RequestCancel(ctx context.Context, id string, grace time.Duratio
 	}
 	defer tx.Rollback()
 	var worker sql.NullString
-	err = tx.QueryRowContext(ctx, `UPDATE instances SET status = 'CANCELLED',
+	err = tx.QueryRowContext(ctx, `UPDATE instances SET status = 'CANCELLED', failure_reason = '',
 		cancel_requested_at = COALESCE(cancel_requested_at, :now), ended_at = :now, grace_period_ns = :grace
 		WHERE id = :id AND status IN ('PENDING','UNKNOWN') RETURNING assigned_worker`,
 		sql.Named("now", now.UnixNano()), sql.Named("grace", int64(grace)), sql.Named("id", id)).Scan(&worker)

@@ -122,12 +122,14 @@ func (s *Store) listWorkers(ctx context.Context, q querier) ([]*Worker, error) {
 
 // lostSQL moves the active instances of a lost worker on: CANCELLED if a
 // cancel was requested, PENDING if the restart policy allows, else the
-// given status (UNKNOWN when the worker went offline, FAILED when deleted).
+// given status (UNKNOWN when the worker went offline, FAILED when deleted),
+// with the reason (WORKER_OFFLINE, WORKER_DELETED) so an UNKNOWN instance
+// says why too.
 func lostSQL(allowed string) string {
 	return `UPDATE instances SET
 	status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'CANCELLED'
 		WHEN ` + restartExpr + ` THEN 'PENDING' ELSE :else END,
-	failure_reason = CASE WHEN cancel_requested_at IS NULL AND NOT ` + restartExpr + ` AND :else = 'FAILED'
+	failure_reason = CASE WHEN cancel_requested_at IS NULL AND NOT ` + restartExpr + `
 		THEN :reason ELSE failure_reason END,
 	restarts = restarts + CASE WHEN ` + restartExpr + ` THEN 1 ELSE 0 END,
 	queued_at = CASE WHEN ` + restartExpr + ` THEN :now ELSE queued_at END,
