@@ -378,7 +378,7 @@ func (t *txn) applyReport(worker, host string, r store.Report, now time.Time) (s
 		if in.Status != store.StatusAssigned && in.Status != store.StatusUnknown {
 			return "", nil, nil
 		}
-		in.Status = store.StatusRunning
+		in.Status, in.FailureReason = store.StatusRunning, ""
 		in.Port, in.Endpoint = nil, ""
 		if r.Port != nil {
 			p := *r.Port
@@ -657,7 +657,7 @@ func (s *Store) RequestCancel(ctx context.Context, id string, grace time.Duratio
 		in := clone(old)
 		switch {
 		case in.Status == store.StatusPending || in.Status == store.StatusUnknown:
-			in.Status = store.StatusCancelled
+			in.Status, in.FailureReason = store.StatusCancelled, ""
 			if in.CancelRequestedAt.IsZero() {
 				in.CancelRequestedAt = now.UTC()
 			}

@@ -246,8 +246,8 @@ func (t *txn) lost(worker string, allowed func(store.Status) bool, elseStatus st
 		default:
 			in.Status = elseStatus
 		}
-		if !cancelled && !re && elseStatus == store.StatusFailed {
-			in.FailureReason = reason
+		if !cancelled && !re {
+			in.FailureReason = reason // an UNKNOWN instance says why too
 		}
 		if re {
 			in.Restarts++

@@ -90,6 +90,7 @@ func Run(t *testing.T, open Opener, journal JournalOpener) {
 		{"AttemptHistory", testAttemptHistory},
 		{"CountInstances", testCountInstances},
 		{"MoveInstance", testMoveInstance},
+		{"UnknownInstanceSaysWhy", testUnknownInstanceSaysWhy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
