@@ -95,6 +95,9 @@ type Config struct {
 	// Metrics is the registry of the operator's and the pool controllers'
 	// metrics (nil: none).
 	Metrics prometheus.Registerer
+	// Pools, when not empty, limits the operator to the NodePools named
+	// (several operators may then share a cluster, e.g. in tests).
+	Pools []string
 }
 
 // Operator runs every NodePool; see the package doc.
@@ -247,6 +250,9 @@ func (o *Operator) Pass(ctx context.Context) error {
 	for i := range npl.Items {
 		np := &npl.Items[i]
 		name := np.GetName()
+		if len(o.cfg.Pools) > 0 && !slices.Contains(o.cfg.Pools, name) {
+			continue
+		}
 		present[name] = true
 		spec, _ := json.Marshal(np.Object["spec"])
 		r := o.runners[name]
