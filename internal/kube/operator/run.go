@@ -20,6 +20,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -121,13 +122,22 @@ func Run(ctx context.Context, o Options) error {
 	if o.RetryPeriod > 0 {
 		opts.RetryPeriod = &o.RetryPeriod
 	}
-	mgr, err := ctrl.NewManager(rc, opts)
-	if err != nil {
-		return fmt.Errorf("manager: %w", err)
-	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err
+	}
+	if o.LeaderElection {
+		// The Lease names this replica by the identity its fences carry.
+		lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.Namespace, LeaseName, cs.CoreV1(), cs.CoordinationV1(),
+			resourcelock.ResourceLockConfig{Identity: o.Identity})
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		opts.LeaderElectionResourceLockInterface = lock
+	}
+	mgr, err := ctrl.NewManager(rc, opts)
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
 	}
 	reg := prometheus.NewRegistry()
 	op, err := New(Config{Client: mgr.GetClient(), API: kubeapi.NewClientset(cs), Recorder: mgr.GetEventRecorderFor("tide"),
