@@ -337,8 +337,9 @@ func Ordinal(node *corev1.Node) int {
 // unschedulable pods become the Pending demand of the first pool that
 // matches them, unless they fit in the room left on one of its schedulable,
 // unmarked Nodes (first fit, in pod order): the scheduler will place those
-// on its next try, and counting them again would launch Nodes twice. Pools
-// are tried in name order; the result is deterministic.
+// on its next try, so they count as running there (the Node is not empty)
+// rather than as demand, which would launch Nodes twice. Pools are tried in
+// name order; the result is deterministic.
 func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 	ps := make([]*Pool, len(pools))
 	for i := range pools {
@@ -373,14 +374,14 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 	// Room left on each pool's Nodes that can take pods (not cordoned, not
 	// marked for deletion): the scheduler places a waiting pod there on its
 	// next try (a Node just joined), so such a pod is not demand for more.
-	room := map[string][]capacity.Resources{}
+	room := map[string][]*roomy{}
 	for _, n := range nodes {
 		pool := n.Labels[PoolLabel]
 		cn := index[n.Name]
 		if cn == nil || n.Spec.Unschedulable || n.DeletionTimestamp != nil || !cn.MarkedAt.IsZero() {
 			continue
 		}
-		room[pool] = append(room[pool], cn.Resources.Sub(cn.Allocated()))
+		room[pool] = append(room[pool], &roomy{node: cn, free: cn.Resources.Sub(cn.Allocated())})
 	}
 	for _, pod := range pods {
 		if !Unschedulable(pod) {
@@ -447,12 +448,20 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 	return rep
 }
 
-// place takes req out of the first room it fits (first fit), reporting
+// roomy is a Node's room left for waiting pods.
+type roomy struct {
+	node *capacity.Node
+	free capacity.Resources
+}
+
+// place takes req out of the first room it fits (first fit) and counts it
+// as running there (the Node is as good as busy: not to be marked), reporting
 // whether one had it.
-func place(rooms []capacity.Resources, req capacity.Resources) bool {
-	for i := range rooms {
-		if req.Fits(rooms[i]) {
-			rooms[i] = rooms[i].Sub(req)
+func place(rooms []*roomy, req capacity.Resources) bool {
+	for _, r := range rooms {
+		if req.Fits(r.free) {
+			r.free = r.free.Sub(req)
+			r.node.Running = append(r.node.Running, capacity.Instance{Requests: req})
 			return true
 		}
 	}

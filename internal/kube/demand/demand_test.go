@@ -203,9 +203,10 @@ func TestCompute(t *testing.T) {
 	if strings.Join(rep.Pods["gpu"], ",") != "default/w1,default/w2,default/w3" {
 		t.Fatalf("gpu pods = %v", rep.Pods["gpu"])
 	}
-	// "small" fits in cpu-0's room: the scheduler places it next, no demand.
+	// "small" fits in cpu-0's room: the scheduler places it next; it counts
+	// as running there, not as demand.
 	c := rep.Pressure["cpu"]
-	if c.Queued() != 0 || len(c.Nodes) != 1 || c.Inflight() != 0 || len(rep.Pods["cpu"]) != 0 {
+	if c.Queued() != 0 || len(c.Nodes) != 1 || c.Inflight() != 1 || len(rep.Pods["cpu"]) != 0 {
 		t.Fatalf("cpu = %+v", c)
 	}
 	if len(rep.Unmatched) != 1 || rep.Unmatched[0].Name != "huge" ||
@@ -270,8 +271,13 @@ func TestComputeRoom(t *testing.T) {
 		pods = append(pods, pod(fmt.Sprintf("w%d", i), two, tolerate(tolGPU)))
 	}
 	rep := Compute([]Pool{gpuPool}, nodes, pods)
-	// gpu-0 has 6 GPUs left: w0..w2 fit; gpu-1 is marked: no room there.
-	if g := rep.Pressure["gpu"]; g.Queued() != 2 || strings.Join(rep.Pods["gpu"], ",") != "default/w3,default/w4" {
+	// gpu-0 has 6 GPUs left: w0..w2 fit and count as running there;
+	// gpu-1 is marked: no room there, it stays empty.
+	g := rep.Pressure["gpu"]
+	if g.Queued() != 2 || strings.Join(rep.Pods["gpu"], ",") != "default/w3,default/w4" {
 		t.Fatalf("pending %+v pods %v", g.Pending, rep.Pods["gpu"])
+	}
+	if len(g.Nodes[0].Running) != 4 || g.Nodes[0].Free().GPUs != 0 || g.Nodes[1].Busy() {
+		t.Fatalf("nodes %+v", g.Nodes)
 	}
 }

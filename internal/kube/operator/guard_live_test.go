@@ -30,6 +30,7 @@ func TestLiveDisruptionGuards(t *testing.T) {
 	// min_utilization 100: two busy Nodes of three (67%) are too few.
 	l.nodePool(t, "guard", strings.Replace(fmt.Sprintf(gpuPool, "2s"), `"min_utilization":50`, `"min_utilization":100`, 1))
 	l.runOperator(t, "guard")
+	began := time.Now()
 
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "default"},
 		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}},
@@ -80,6 +81,7 @@ func TestLiveDisruptionGuards(t *testing.T) {
 		}
 		return false, "no NoNodePoolFits event on pod huge"
 	})
+	t.Logf("3 Nodes, guarded pods and daemons running after %v", time.Since(began).Round(time.Millisecond))
 	free, _ := running("free")
 	freeNode := free.Spec.NodeName
 
@@ -96,6 +98,7 @@ func TestLiveDisruptionGuards(t *testing.T) {
 		tainted = tainted || !demand.Mark(n).IsZero()
 		return false, fmt.Sprintf("Node %s still there (taints %v)", freeNode, n.Spec.Taints)
 	})
+	t.Logf("the plain pod's Node is gone after %v", time.Since(began).Round(time.Millisecond))
 	if !tainted {
 		t.Log("the Node went before a poll saw its taint")
 	}
