@@ -49,6 +49,7 @@ import (
 	"github.com/tide-project/tide/internal/kube/nodepool"
 	"github.com/tide-project/tide/internal/kube/workload"
 	"github.com/tide-project/tide/internal/policy"
+	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/kwok"
 	"github.com/tide-project/tide/internal/reconcile"
 )
@@ -113,8 +114,9 @@ type Operator struct {
 
 	mu sync.Mutex
 	// seen is when each pod was first seen unschedulable (by the informer
-	// handler or a pass), until a Create served it.
-	seen map[types.UID]time.Time
+	// handler or a pass), while it waits; sampled once a provider Create
+	// followed.
+	seen map[types.UID]*seenPod
 	// latencies are the Unschedulable → provider Create samples (seconds).
 	latencies []float64
 	passes    uint64
@@ -148,7 +150,7 @@ func New(cfg Config) (*Operator, error) {
 		return nil, err
 	}
 	return &Operator{cfg: cfg, clk: cfg.Clock, log: cfg.Logger, metrics: m, runners: map[string]*runner{},
-		poke: make(chan struct{}, 1), unmatched: map[types.UID]string{}, seen: map[types.UID]time.Time{}}, nil
+		poke: make(chan struct{}, 1), unmatched: map[types.UID]string{}, seen: map[types.UID]*seenPod{}}, nil
 }
 
 // Poke asks for a pass soon (after the batching delay). Safe for concurrent use.
@@ -165,7 +167,7 @@ func (o *Operator) ObservePod(pod *corev1.Pod) {
 	if demand.Unschedulable(pod) {
 		o.mu.Lock()
 		if _, ok := o.seen[pod.UID]; !ok {
-			o.seen[pod.UID] = o.clk.Now()
+			o.seen[pod.UID] = &seenPod{at: time.Now()}
 		}
 		o.mu.Unlock()
 	}
@@ -291,7 +293,7 @@ func (o *Operator) Pass(ctx context.Context) error {
 			byUID[p.Namespace+"/"+p.Name] = p
 			o.mu.Lock()
 			if _, ok := o.seen[p.UID]; !ok {
-				o.seen[p.UID] = now
+				o.seen[p.UID] = &seenPod{at: time.Now()}
 			}
 			o.mu.Unlock()
 		}
@@ -377,7 +379,6 @@ type runner struct {
 	podMsg     map[types.UID]string
 	lastStatus string
 	conds      map[string]metav1.Condition
-	served     map[types.UID]bool
 }
 
 // newRunner builds the runner of a NodePool (old is the runner of its
@@ -385,7 +386,7 @@ type runner struct {
 func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *runner) *runner {
 	name := np.GetName()
 	r := &runner{name: name, spec: spec, ordinals: map[string]reconcile.NodeID{}, podMsg: map[types.UID]string{},
-		conds: map[string]metav1.Condition{}, served: map[types.UID]bool{}}
+		conds: map[string]metav1.Condition{}}
 	if old != nil {
 		r.conds = old.conds
 	}
@@ -419,7 +420,7 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 	journal := kubejournal.New(o.cfg.API, o.cfg.Namespace, "tide-journal-"+name)
 	ctl, err := controller.New(controller.Config{Pool: name, Reconcile: p.Config.ReconcileConfig(), Offerings: p.Config.Offerings,
 		Bootstrap: []byte("kubernetes"), ControllerID: o.cfg.Identity, ReconcileInterval: o.cfg.Interval},
-		controller.Deps{Provider: prov, Journal: journal, Workload: workload.New(o.cfg.API, prov.NodeName, o.log),
+		controller.Deps{Provider: timedProvider{Provider: prov, o: o}, Journal: journal, Workload: workload.New(o.cfg.API, prov.NodeName, o.log),
 			Clock: o.clk, Logger: o.log, Metrics: o.cfg.Metrics, Events: controller.EventFunc(func(ev controller.Event) {
 				if r.obj != nil {
 					o.event(r.obj, ev.Type, camel(ev.Reason), ev.Message)
@@ -485,9 +486,6 @@ func (o *Operator) runPool(ctx context.Context, r *runner, now time.Time, pr cap
 		errs = append(errs, err)
 	}
 	st = r.ctl.Status()
-	if st.Pending > 0 || st.Current >= st.Desired {
-		o.served(r, pending, now)
-	}
 	if err := o.syncMarks(ctx, r, nodes, st); err != nil {
 		errs = append(errs, err)
 	}
@@ -499,33 +497,45 @@ func (o *Operator) runPool(ctx context.Context, r *runner, now time.Time, pr cap
 	return errors.Join(errs...)
 }
 
-// served records the Unschedulable → Create latency of each pending pod the
-// pool now launches nodes for (once per pod).
-func (o *Operator) served(r *runner, pending []*corev1.Pod, now time.Time) {
+// seenPod is a waiting pod's first sighting.
+type seenPod struct {
+	at      time.Time
+	sampled bool
+}
+
+// created is called at every provider Create: each pod seen waiting and not
+// sampled yet gets its Unschedulable → Create latency (the first Create
+// after it was seen, whichever pod the Node is for: Nodes are fungible).
+func (o *Operator) created() {
+	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, p := range pending {
-		if p == nil || r.served[p.UID] {
+	for _, s := range o.seen {
+		if s.sampled {
 			continue
 		}
-		r.served[p.UID] = true
-		if at, ok := o.seen[p.UID]; ok {
-			d := now.Sub(at).Seconds()
-			if len(o.latencies) < 100000 {
-				o.latencies = append(o.latencies, d)
-			}
-			o.metrics.latency.Observe(d)
+		s.sampled = true
+		d := now.Sub(s.at).Seconds()
+		if len(o.latencies) < 100000 {
+			o.latencies = append(o.latencies, d)
 		}
+		o.metrics.latency.Observe(d)
 	}
-	if len(r.served) > 4*len(pending)+1024 {
-		keep := map[types.UID]bool{}
-		for _, p := range pending {
-			if p != nil && r.served[p.UID] {
-				keep[p.UID] = true
-			}
-		}
-		r.served = keep
+}
+
+// timedProvider tells the operator about every Create.
+type timedProvider struct {
+	provider.Provider
+	o *Operator
+}
+
+// Create creates, then samples the waiting pods' latency.
+func (p timedProvider) Create(ctx context.Context, req provider.CreateRequest) (provider.Ack, error) {
+	ack, err := p.Provider.Create(ctx, req)
+	if err == nil && !ack.Replayed {
+		p.o.created()
 	}
+	return ack, err
 }
 
 // syncMarks makes the deletion-candidate taints of the pool's Nodes match
