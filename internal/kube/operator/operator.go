@@ -317,11 +317,13 @@ func (o *Operator) Pass(ctx context.Context) error {
 	}
 	o.unmatchedEvents(rep.Unmatched, byUID)
 	o.metrics.unmatched.Set(float64(len(rep.Unmatched)))
-	// Forget pods that are no longer waiting.
+	// Forget pods that are bound or gone.
 	o.mu.Lock()
 	live := map[types.UID]bool{}
-	for _, p := range byUID {
-		live[p.UID] = true
+	for _, p := range pods {
+		if p.Spec.NodeName == "" {
+			live[p.UID] = true
+		}
 	}
 	for uid := range o.seen {
 		if !live[uid] {

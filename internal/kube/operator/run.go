@@ -55,6 +55,8 @@ type Options struct {
 	Interval, Batch time.Duration
 	// Logger (default discard).
 	Logger *slog.Logger
+	// Pools, when not empty, limits the process to these NodePools.
+	Pools []string
 	// Started, when set, is called with the operator once it is built
 	// (before it acts), for tests.
 	Started func(*Operator)
@@ -141,7 +143,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	reg := prometheus.NewRegistry()
 	op, err := New(Config{Client: mgr.GetClient(), API: kubeapi.NewClientset(cs), Recorder: mgr.GetEventRecorderFor("tide"),
-		Namespace: o.Namespace, Identity: o.Identity, Interval: o.Interval, Batch: o.Batch, Logger: o.Logger, Metrics: reg})
+		Namespace: o.Namespace, Identity: o.Identity, Interval: o.Interval, Batch: o.Batch, Logger: o.Logger, Metrics: reg, Pools: o.Pools})
 	if err != nil {
 		return err
 	}
