@@ -77,7 +77,7 @@ func TestLiveSpeed(t *testing.T) {
 	ctx := context.Background()
 
 	// (1) Unschedulable → Create.
-	nLat := benchSize(t, 100, 10)
+	nLat := benchSize(t, 100, 5)
 	l.nodePool(t, "lat", strings.Replace(fmt.Sprintf(gpuPool, "1h"), `"max":20`, `"max":200`, 1))
 	op, _, _ := l.runOperator(t, "lat", "lat")
 	for i := range nLat {
@@ -102,7 +102,7 @@ func TestLiveSpeed(t *testing.T) {
 	}
 
 	// (2) One pass over many pending pods, on a pass-driven operator.
-	nPend := benchSize(t, 1000, 200)
+	nPend := benchSize(t, 1000, 40)
 	l.nodePool(t, "many", `{"nodes":{"min":0,"max":1000},"provider":{"type":"kwok"},
   "offerings":[{"type":"g8","cpu":"32","memory":"256Gi","gpus":8,"price":24.5}],
   "node_labels":{"tier":"many"},"node_taints":[{"key":"nvidia.com/gpu","value":"present","effect":"NoSchedule"}],
@@ -139,7 +139,7 @@ func TestLiveSpeed(t *testing.T) {
 	}
 
 	// (3) Memory of a `tide kube` process holding many pods.
-	nMem := benchSize(t, 5000, 500)
+	nMem := benchSize(t, 5000, 200)
 	r := l.startReplica(t, "mem")
 	rss := func() int {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.cmd.Process.Pid))
