@@ -136,14 +136,7 @@ func TestLiveFailoverKill9(t *testing.T) {
 		t.Fatalf("%d Nodes for 150 one-GPU pods on 8-GPU Nodes, want 19 (a Node created twice?)", n)
 	}
 	// Scale to 0: every Node goes, none leaks.
-	s, err := l.cs.AppsV1().Deployments("default").GetScale(ctx, "fo", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Spec.Replicas = 0
-	if _, err := l.cs.AppsV1().Deployments("default").UpdateScale(ctx, "fo", s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	l.scale(t, "fo", 0)
 	kubetest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		n := len(l.poolNodes(t, "fo"))
 		return n == 0, fmt.Sprintf("%d Nodes left", n)

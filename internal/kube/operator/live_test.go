@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/tide-project/tide/deploy"
 	"github.com/tide-project/tide/internal/kube/demand"
@@ -106,6 +107,24 @@ func (l *live) events(t testing.TB, namespace, kind, reason string) []corev1.Eve
 		t.Fatal(err)
 	}
 	return list.Items
+}
+
+// scale sets a Deployment's replicas, retrying when the deployment
+// controller changed it in between.
+func (l *live) scale(t *testing.T, name string, n int32) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := l.cs.AppsV1().Deployments("default").GetScale(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = n
+		_, err = l.cs.AppsV1().Deployments("default").UpdateScale(context.Background(), name, s, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
@@ -219,14 +238,7 @@ func TestLiveGPUDeployment(t *testing.T) {
 	}
 	scale := func(n int32) {
 		t.Helper()
-		s, err := l.cs.AppsV1().Deployments("default").GetScale(ctx, "burst", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Spec.Replicas = n
-		if _, err := l.cs.AppsV1().Deployments("default").UpdateScale(ctx, "burst", s, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		l.scale(t, "burst", n)
 	}
 	t0 := time.Now()
 	scale(50)
