@@ -545,6 +545,9 @@ type Status struct {
 	// Unavailable names the offerings being skipped after running out of
 	// capacity (the ICE cache), with when each skip ends.
 	Unavailable map[string]time.Time
+	// Marks are the reconciler's deletion marks (seed 001) by node, with
+	// when each was made; Kubernetes mode mirrors them as taints.
+	Marks map[reconcile.NodeID]time.Time
 }
 
 // Unavailable returns the offerings out of capacity at now (the ICE cache
@@ -584,6 +587,7 @@ func (c *Controller) Status() Status {
 	s.Nodes = slices.Clone(s.Nodes)
 	s.Deleting = slices.Clone(s.Deleting)
 	s.Unavailable = maps.Clone(s.Unavailable)
+	s.Marks = maps.Clone(s.Marks)
 	return s
 }
 
@@ -598,6 +602,9 @@ func (c *Controller) publish() {
 		s.Current = c.pool.CurrentCount()
 		s.Pending = c.pool.Effective() - s.Current
 		s.Draining = len(c.pool.Draining())
+		if m := c.pool.Marks(); len(m) > 0 {
+			s.Marks = m
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -335,7 +335,11 @@ func Ordinal(node *corev1.Node) int {
 // Nodes belong to the pool named by their PoolLabel; pods bound to
 // a node and not finished are its Running instances (daemons marked);
 // unschedulable pods become the Pending demand of the first pool that
-// matches them. Pools are tried in name order; the result is deterministic.
+// matches them, unless they fit in the room left on one of its schedulable,
+// unmarked Nodes (first fit, in pod order): the scheduler will place those
+// on its next try, so they count as running there (the Node is not empty)
+// rather than as demand, which would launch Nodes twice. Pools are tried in
+// name order; the result is deterministic.
 func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 	ps := make([]*Pool, len(pools))
 	for i := range pools {
@@ -359,13 +363,27 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 	}
 	pending := map[string]map[string]*capacity.Pending{}
 	for _, pod := range pods {
-		if pod.Spec.NodeName != "" {
-			cn, ok := index[pod.Spec.NodeName]
-			if ok && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-				cn.Running = append(cn.Running, capacity.Instance{Requests: Requests(pod), Daemon: Daemon(pod)})
-			}
+		if pod.Spec.NodeName == "" {
 			continue
 		}
+		cn, ok := index[pod.Spec.NodeName]
+		if ok && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			cn.Running = append(cn.Running, capacity.Instance{Requests: Requests(pod), Daemon: Daemon(pod)})
+		}
+	}
+	// Room left on each pool's Nodes that can take pods (not cordoned, not
+	// marked for deletion): the scheduler places a waiting pod there on its
+	// next try (a Node just joined), so such a pod is not demand for more.
+	room := map[string][]*roomy{}
+	for _, n := range nodes {
+		pool := n.Labels[PoolLabel]
+		cn := index[n.Name]
+		if cn == nil || n.Spec.Unschedulable || n.DeletionTimestamp != nil || !cn.MarkedAt.IsZero() {
+			continue
+		}
+		room[pool] = append(room[pool], &roomy{node: cn, free: cn.Resources.Sub(cn.Allocated())})
+	}
+	for _, pod := range pods {
 		if !Unschedulable(pod) {
 			continue
 		}
@@ -377,7 +395,11 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 				why = append(why, fmt.Sprintf("pool %s: %s", p.Name, reason))
 				continue
 			}
+			matched = true
 			req := Requests(pod)
+			if place(room[p.Name], req) {
+				break // about to be scheduled on a Node of the pool
+			}
 			if pending[p.Name] == nil {
 				pending[p.Name] = map[string]*capacity.Pending{}
 			}
@@ -387,7 +409,6 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 			}
 			pending[p.Name][key].Count++
 			rep.Pods[p.Name] = append(rep.Pods[p.Name], pod.Namespace+"/"+pod.Name)
-			matched = true
 			break
 		}
 		if !matched {
@@ -425,6 +446,26 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 	})
 	return rep
+}
+
+// roomy is a Node's room left for waiting pods.
+type roomy struct {
+	node *capacity.Node
+	free capacity.Resources
+}
+
+// place takes req out of the first room it fits (first fit) and counts it
+// as running there (the Node is as good as busy: not to be marked), reporting
+// whether one had it.
+func place(rooms []*roomy, req capacity.Resources) bool {
+	for _, r := range rooms {
+		if req.Fits(r.free) {
+			r.free = r.free.Sub(req)
+			r.node.Running = append(r.node.Running, capacity.Instance{Requests: req})
+			return true
+		}
+	}
+	return false
 }
 
 // SetMark returns taints with the deletion-candidate taint for a mark made

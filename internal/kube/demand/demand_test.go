@@ -178,6 +178,9 @@ func TestCompute(t *testing.T) {
 		pod("huge", rl("nvidia.com/gpu", "16"), tolerate(tolGPU)),
 		pod("bound-pending", one, func(p *corev1.Pod) { p.Spec.NodeName = "gpu-0" }),
 	}
+	// gpu-0 is cordoned: its free GPUs are no room for the waiting pods
+	// (TestComputeRoom covers room).
+	nodes[1].Spec.Unschedulable = true
 	rep := Compute([]Pool{gpuPool, cpuPool}, nodes, pods)
 
 	g := rep.Pressure["gpu"]
@@ -200,8 +203,10 @@ func TestCompute(t *testing.T) {
 	if strings.Join(rep.Pods["gpu"], ",") != "default/w1,default/w2,default/w3" {
 		t.Fatalf("gpu pods = %v", rep.Pods["gpu"])
 	}
+	// "small" fits in cpu-0's room: the scheduler places it next; it counts
+	// as running there, not as demand.
 	c := rep.Pressure["cpu"]
-	if c.Queued() != 1 || len(c.Nodes) != 1 || c.Inflight() != 0 {
+	if c.Queued() != 0 || len(c.Nodes) != 1 || c.Inflight() != 1 || len(rep.Pods["cpu"]) != 0 {
 		t.Fatalf("cpu = %+v", c)
 	}
 	if len(rep.Unmatched) != 1 || rep.Unmatched[0].Name != "huge" ||
@@ -250,5 +255,29 @@ func BenchmarkCompute1000Pending(b *testing.B) {
 		if g := rep.Pressure["gpu"]; g.Queued() != 1000 {
 			b.Fatal("lost pods")
 		}
+	}
+}
+
+// TestComputeRoom: a waiting pod that fits in the room left on a schedulable,
+// unmarked Node of its pool is not demand (the scheduler places it on its
+// next try); room is taken first fit, so only what does not fit is pending.
+func TestComputeRoom(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	g8 := rl("cpu", "32", "memory", "256Gi", "nvidia.com/gpu", "8")
+	two := rl("cpu", "1", "memory", "1Gi", "nvidia.com/gpu", "2")
+	nodes := []*corev1.Node{node("gpu-0", "gpu", 0, g8), node("gpu-1", "gpu", 1, g8, MarkTaint(t0))}
+	pods := []*corev1.Pod{pod("run", two, on("gpu-0"))}
+	for i := range 5 {
+		pods = append(pods, pod(fmt.Sprintf("w%d", i), two, tolerate(tolGPU)))
+	}
+	rep := Compute([]Pool{gpuPool}, nodes, pods)
+	// gpu-0 has 6 GPUs left: w0..w2 fit and count as running there;
+	// gpu-1 is marked: no room there, it stays empty.
+	g := rep.Pressure["gpu"]
+	if g.Queued() != 2 || strings.Join(rep.Pods["gpu"], ",") != "default/w3,default/w4" {
+		t.Fatalf("pending %+v pods %v", g.Pending, rep.Pods["gpu"])
+	}
+	if len(g.Nodes[0].Running) != 4 || g.Nodes[0].Free().GPUs != 0 || g.Nodes[1].Busy() {
+		t.Fatalf("nodes %+v", g.Nodes)
 	}
 }

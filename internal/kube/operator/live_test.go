@@ -1,0 +1,294 @@
+package operator_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/tide-project/tide/deploy"
+	"github.com/tide-project/tide/internal/kube/demand"
+	"github.com/tide-project/tide/internal/kube/kubetest"
+	"github.com/tide-project/tide/internal/kube/operator"
+)
+
+// live is a test cluster with the NodePool CRD installed.
+type live struct {
+	*kubetest.Cluster
+	cs *kubernetes.Clientset
+}
+
+func startLive(t *testing.T) *live {
+	t.Helper()
+	c := kubetest.Start(t)
+	if err := c.Create(deploy.CRD); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.QPS, rc.Burst = 500, 1000
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, time.Minute, func() (bool, string) {
+		code, body, err := c.Do(http.MethodGet, "/apis/tide.dev/v1alpha1/nodepools", nil)
+		return err == nil && code == http.StatusOK, fmt.Sprintf("NodePool API not served: %d %s %v", code, body, err)
+	})
+	return &live{Cluster: c, cs: cs}
+}
+
+// nodePool creates a NodePool from its spec (YAML or JSON).
+func (l *live) nodePool(t *testing.T, name, spec string) {
+	t.Helper()
+	doc := fmt.Sprintf("apiVersion: tide.dev/v1alpha1\nkind: NodePool\nmetadata:\n  name: %s\nspec: %s\n", name, spec)
+	if err := l.Create([]byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// poolNodes lists the Nodes of a pool.
+func (l *live) poolNodes(t testing.TB, pool string) []corev1.Node {
+	t.Helper()
+	list, err := l.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: demand.PoolLabel + "=" + pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func markedCount(nodes []corev1.Node) int {
+	n := 0
+	for i := range nodes {
+		if !demand.Mark(&nodes[i]).IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+// status reads a NodePool's status.
+func (l *live) status(t testing.TB, pool string) map[string]any {
+	t.Helper()
+	_, body, err := l.Do(http.MethodGet, "/apis/tide.dev/v1alpha1/nodepools/"+pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj struct {
+		Status map[string]any `json:"status"`
+	}
+	if err := json.Unmarshal(body, &obj); err != nil {
+		t.Fatal(err)
+	}
+	return obj.Status
+}
+
+// events lists the events of a kind of object with a reason.
+func (l *live) events(t testing.TB, namespace, kind, reason string) []corev1.Event {
+	t.Helper()
+	list, err := l.cs.CoreV1().Events(namespace).List(context.Background(),
+		metav1.ListOptions{FieldSelector: "involvedObject.kind=" + kind + ",reason=" + reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// scale sets a Deployment's replicas, retrying when the deployment
+// controller changed it in between.
+func (l *live) scale(t *testing.T, name string, n int32) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := l.cs.AppsV1().Deployments("default").GetScale(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = n
+		_, err = l.cs.AppsV1().Deployments("default").UpdateScale(context.Background(), name, s, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// runOperator runs `tide kube` in this process until the test ends and
+// returns the operator once it acts, with its metrics and probe addresses.
+func (l *live) runOperator(t *testing.T, id string, pools ...string) (*operator.Operator, string, string) {
+	t.Helper()
+	metrics, probes := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan *operator.Operator, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- operator.Run(ctx, operator.Options{Kubeconfig: l.Kubeconfig, Namespace: "default", Identity: id,
+			LeaderElection: true, LeaseDuration: 6 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 500 * time.Millisecond,
+			MetricsAddr: metrics, ProbeAddr: probes, Interval: time.Second, Batch: 100 * time.Millisecond,
+			Pools: pools, Started: func(op *operator.Operator) { started <- op }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("tide kube did not stop")
+		}
+	})
+	select {
+	case op := <-started:
+		return op, metrics, probes
+	case err := <-done:
+		t.Fatalf("tide kube: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("tide kube did not take the Lease")
+	}
+	return nil, "", ""
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+const gpuPool = `{"nodes":{"min":0,"max":20},"provider":{"type":"kwok"},
+  "offerings":[{"type":"g8","cpu":"32","memory":"256Gi","gpus":8,"price":24.5}],
+  "node_labels":{"accelerator":"nvidia"},"node_taints":[{"key":"nvidia.com/gpu","value":"present","effect":"NoSchedule"}],
+  "scaling":{"policy":"utilization","min_utilization":50,"scale_down_delay":"%s"}}`
+
+// gpuPodSpec is a pod asking for gpus GPUs of the gpu pool.
+func gpuPodSpec(gpus int64, selector map[string]string) corev1.PodSpec {
+	q := *resource.NewQuantity(gpus, resource.DecimalSI)
+	no := false
+	return corev1.PodSpec{AutomountServiceAccountToken: &no, NodeSelector: selector,
+		Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}},
+		Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{demand.GPUResource: q, corev1.ResourceCPU: resource.MustParse("100m")},
+			Limits:   corev1.ResourceList{demand.GPUResource: q}}}}}
+}
+
+func (l *live) runningPods(t testing.TB, namespace, selector string) (running, total int) {
+	t.Helper()
+	list, err := l.cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		total++
+		if p.Status.Phase == corev1.PodRunning {
+			running++
+		}
+	}
+	return running, total
+}
+
+// TestLiveGPUDeployment: `tide kube` (in this process: controller-runtime
+// manager, Lease, probes, /metrics) scales a min-0 GPU NodePool for a
+// Deployment scaled 0 → 50 one-GPU pods on the real apiserver, scheduler and
+// kwok: ceil(50/8) = 7 Nodes appear, every pod runs, pods are told why they
+// wait; scaled to 0, the Nodes are tainted as deletion candidates, drained and
+// deleted after the delay, and the pool is back to its min of 0.
+func TestLiveGPUDeployment(t *testing.T) {
+	l := startLive(t)
+	ctx := context.Background()
+	l.nodePool(t, "gpu", fmt.Sprintf(gpuPool, "3s"))
+	op, metrics, probes := l.runOperator(t, "replica-a")
+	_ = op
+	replicas := int32(0)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "burst", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "burst"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "burst"}},
+				Spec: gpuPodSpec(1, map[string]string{"accelerator": "nvidia"})}}}
+	if _, err := l.cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scale := func(n int32) {
+		t.Helper()
+		l.scale(t, "burst", n)
+	}
+	t0 := time.Now()
+	scale(50)
+	kubetest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		r, n := l.runningPods(t, "default", "app=burst")
+		return r == 50, fmt.Sprintf("%d of %d pods running, %d nodes", r, n, len(l.poolNodes(t, "gpu")))
+	})
+	t.Logf("0 → 50 GPU pods Running in %v", time.Since(t0).Round(time.Millisecond))
+	if got := len(l.poolNodes(t, "gpu")); got != 7 {
+		t.Fatalf("%d Nodes for 50 one-GPU pods on 8-GPU nodes, want 7", got)
+	}
+	if ev := l.events(t, "default", "Pod", "TriggeredScaleUp"); len(ev) == 0 || !strings.Contains(ev[0].Message, "tide is launching") {
+		t.Fatalf("no pod event saying tide launches nodes: %+v", ev)
+	} else {
+		t.Logf("pod event: %s", ev[0].Message)
+	}
+	kubetest.Eventually(t, 30*time.Second, func() (bool, string) {
+		st := l.status(t, "gpu")
+		return fmt.Sprint(st["current"]) == "7" && fmt.Sprint(st["target"]) == "7" && strings.Contains(fmt.Sprint(st["conditions"]), "Acting"),
+			fmt.Sprintf("status %v", st)
+	})
+	if code, body := get(t, "http://"+probes+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+	if code, body := get(t, "http://"+probes+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz: %d %s", code, body)
+	}
+	code, body := get(t, "http://"+metrics+"/metrics")
+	for _, want := range []string{`tide_pool_desired_nodes{pool="gpu"} 7`, "tide_kube_loop_seconds_count", "tide_kube_unschedulable_to_create_seconds_count",
+		"leader_election_master_status"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Fatalf("/metrics (%d) lacks %q", code, want)
+		}
+	}
+
+	scale(0)
+	maxMarked := 0
+	kubetest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		nodes := l.poolNodes(t, "gpu")
+		maxMarked = max(maxMarked, markedCount(nodes))
+		return len(nodes) == 0, fmt.Sprintf("%d Nodes left, %d marked", len(nodes), markedCount(nodes))
+	})
+	if maxMarked == 0 {
+		t.Fatal("the Nodes were deleted without a deletion-candidate taint seen")
+	}
+	if ev := l.events(t, "", "Node", "DeletionCandidate"); len(ev) == 0 {
+		t.Fatal("no DeletionCandidate event on a Node")
+	}
+	kubetest.Eventually(t, 30*time.Second, func() (bool, string) {
+		st := l.status(t, "gpu")
+		return fmt.Sprint(st["current"]) == "0" && fmt.Sprint(st["target"]) == "0", fmt.Sprintf("status %v", st)
+	})
+}

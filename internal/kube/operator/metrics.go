@@ -1,0 +1,61 @@
+package operator
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric names, in the head's conventions (tide_<part>_<what>_<unit>).
+const (
+	MetricLoopSeconds    = "tide_kube_loop_seconds"
+	MetricPendingPods    = "tide_kube_pending_pods"
+	MetricUnmatchedPods  = "tide_kube_unmatched_pods"
+	MetricMarkedNodes    = "tide_kube_marked_nodes"
+	MetricScaleUpLatency = "tide_kube_unschedulable_to_create_seconds"
+)
+
+type metrics struct {
+	loop      prometheus.Histogram
+	pending   *prometheus.GaugeVec
+	markedN   *prometheus.GaugeVec
+	unmatched prometheus.Gauge
+	latency   prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		loop: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricLoopSeconds,
+			Help: "Duration of one pass of tide kube over every NodePool.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricPendingPods,
+			Help: "Unschedulable pods matched to the pool."}, []string{"pool"}),
+		markedN: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricMarkedNodes,
+			Help: "Nodes of the pool carrying the deletion-candidate taint."}, []string{"pool"}),
+		unmatched: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricUnmatchedPods,
+			Help: "Unschedulable pods no NodePool can run."}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricScaleUpLatency,
+			Help:    "Time from a pod seen Unschedulable to the pass that launched nodes for it (provider Create).",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{m.loop, m.pending, m.markedN, m.unmatched, m.latency} {
+		errs = append(errs, reg.Register(c))
+	}
+	return m, errors.Join(errs...)
+}
+
+func (m *metrics) observeLoop(d time.Duration) { m.loop.Observe(d.Seconds()) }
+
+func (m *metrics) pool(name string, pending, marked int) {
+	m.pending.WithLabelValues(name).Set(float64(pending))
+	m.markedN.WithLabelValues(name).Set(float64(marked))
+}
+
+func (m *metrics) forget(name string) {
+	m.pending.DeleteLabelValues(name)
+	m.markedN.DeleteLabelValues(name)
+}
