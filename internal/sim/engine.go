@@ -148,8 +148,17 @@ type engine struct {
 	// recheck is the last decision's Recheck (the peer policies' loops).
 	recheck time.Time
 
-	// Scratch for the pressure report.
-	report capacity.Pressure
+	// The pressure report, kept between evaluations: nodesMoved says a
+	// node joined or left since (the list is rebuilt), repStale lists the
+	// nodes whose entry changed (their entries are refreshed).
+	report     capacity.Pressure
+	nodesMoved bool
+	repStale   []*node
+	// maxFree is the largest free space of any schedulable node, per
+	// dimension (CPU, memory, GPUs), for place; recomputed when a node that
+	// held a maximum lost free space (maxDirty).
+	maxFree  capacity.Resources
+	maxDirty bool
 
 	res        Result
 	waits      []waitCount
