@@ -582,6 +582,31 @@ func (c *Controller) Status() Status {
 	return s
 }
 
+// Summary is Status without the per-node list (Nodes is nil): for a caller
+// that reads the figures after every pass of a large pool (the simulator),
+// without a copy of every node each time. Safe for concurrent use.
+func (c *Controller) Summary() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.status
+	s.Nodes = nil
+	s.Deleting = slices.Clone(s.Deleting)
+	s.Unavailable = maps.Clone(s.Unavailable)
+	return s
+}
+
+// Node returns the status of the machine serving ordinal id as of the end
+// of the last pass (false when none does). Safe for concurrent use.
+func (c *Controller) Node(id reconcile.NodeID) (NodeStatus, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := slices.BinarySearchFunc(c.status.Nodes, id, func(n NodeStatus, id reconcile.NodeID) int { return cmp.Compare(n.ID, id) })
+	if !ok {
+		return NodeStatus{}, false
+	}
+	return c.status.Nodes[i], true
+}
+
 // publish updates the gauges and the Status snapshot.
 func (c *Controller) publish() {
 	c.doomed = slices.DeleteFunc(c.doomed, func(d *doomed) bool { return d.done })

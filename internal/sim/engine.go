@@ -122,6 +122,7 @@ type engine struct {
 	byMachine map[string]*node
 	billed    int     // machines the cloud bills now
 	unjoined  int     // nodes not yet reported joined by the controller
+	joining   []*node // those nodes (and some that left or joined since)
 	busyDirty []*node // nodes whose busy state or join changed since reportBusy
 	idle      []*node // the joined nodes running nothing (node.idlePos)
 
@@ -133,11 +134,15 @@ type engine struct {
 	resync   bool     // the last look at the cloud failed
 	tracked  []string // machines in flight, in the order first seen
 	tracking map[string]seenState
-	tickAt   time.Time // armed tick; zero when none
-	tickGen  uint64
-	wakeAt   time.Time // armed policy wake-up; zero when none
-	wakeGen  uint64
-	marks    bool // the reconciler scales down through deletion marks
+	// seenChanges is the cloud's change count at the last look at the
+	// tracked machines; trackAdded is set when a machine was added since.
+	seenChanges uint64
+	trackAdded  bool
+	tickAt      time.Time // armed tick; zero when none
+	tickGen     uint64
+	wakeAt      time.Time // armed policy wake-up; zero when none
+	wakeGen     uint64
+	marks       bool // the reconciler scales down through deletion marks
 	// countsInstances: the policy counts running instances (Pressure.
 	// Inflight), so the pressure report lists each one.
 	countsInstances bool
@@ -400,10 +405,22 @@ func (e *engine) arrival(j int) time.Time {
 // watched (launched, leaving, or spot nodes that may be reclaimed), so a
 // look costs nothing for the steady nodes.
 func (e *engine) syncMachines() {
-	e.resync = false
+	// Without injected API errors, a Get draws no randomness and returns
+	// what it returned last time unless the cloud counted a change: the
+	// calls are skipped while nothing changed and no machine was added to
+	// the watch (the figures are the same either way).
+	quiet := e.cfg.Cloud.APIErrorRate == 0
+	if len(e.tracked) == 0 {
+		e.resync, e.trackAdded = false, false
+		return
+	}
+	if quiet && !e.resync && !e.trackAdded && e.cloud.Changes() == e.seenChanges {
+		return
+	}
+	e.resync, e.trackAdded = false, false
 	keep := e.tracked[:0]
 	for _, id := range e.tracked {
-		m, err := e.cloud.Get(context.Background(), id)
+		m, err := e.cloud.GetShared(context.Background(), id)
 		switch {
 		case provider.IsNotFound(err):
 			delete(e.tracking, id)
@@ -439,6 +456,9 @@ func (e *engine) syncMachines() {
 	}
 	clear(e.tracked[len(keep):])
 	e.tracked = keep
+	if quiet {
+		e.seenChanges = e.cloud.Changes()
+	}
 }
 
 // syncTracked looks at the machines in flight after the controller acted:
@@ -454,6 +474,7 @@ func (e *engine) track(id string) {
 	if _, ok := e.tracking[id]; !ok {
 		e.tracking[id] = seenState{}
 		e.tracked = append(e.tracked, id)
+		e.trackAdded = true
 	}
 }
 
@@ -531,7 +552,7 @@ func (e *engine) evaluate() bool {
 // afterController reads the controller's status: which nodes its
 // reconciler knows as joined, and whether the pool is settled.
 func (e *engine) afterController() {
-	st := e.ctl.Status()
+	st := e.ctl.Summary()
 	// Settled: a tick would change nothing. Nothing launches, drains or
 	// is being deleted, and the pool has its desired size, or more when
 	// every excess node runs work: in the immediate scale-down mode the
@@ -540,19 +561,28 @@ func (e *engine) afterController() {
 	idle := st.Pending == 0 && st.Draining == 0 && len(st.Deleting) == 0
 	e.settled = idle && (st.Desired == st.Current || st.Desired < st.Current && !e.marks)
 	if e.unjoined == 0 {
-		return // every node the scheduler has is joined to the reconciler
+		// Every node the scheduler has is joined to the reconciler.
+		clear(e.joining)
+		e.joining = e.joining[:0]
+		return
 	}
-	for _, ns := range st.Nodes {
-		if !ns.Joined {
-			continue
+	// Only the nodes not yet joined to the reconciler are looked up.
+	keep := e.joining[:0]
+	for _, n := range e.joining {
+		if e.byMachine[n.machine] != n || n.ctlJoined {
+			continue // gone, or joined
 		}
-		if n := e.byMachine[ns.MachineID]; n != nil && !n.ctlJoined {
+		if ns, ok := e.ctl.Node(reconcile.NodeID(n.ordinal)); ok && ns.Joined && ns.MachineID == n.machine {
 			n.ctlJoined = true
 			n.told = false // the reconciler takes a new node as idle
 			e.unjoined--
 			e.busyDirty = append(e.busyDirty, n)
+			continue
 		}
+		keep = append(keep, n)
 	}
+	clear(e.joining[len(keep):])
+	e.joining = keep
 }
 
 // armTick schedules the controller's next reconcile tick, on the grid of
@@ -624,15 +654,25 @@ var _ controller.Workload = (*engine)(nil)
 // engine watching the calls that take nodes out of the cluster.
 type observed struct {
 	*cloudsim.Cloud
-	e *engine
+	e    *engine
+	bufs [2][]provider.Machine // the last two lists
+	cur  int                   // which of them the controller holds
 }
 
 var _ provider.Provider = (*observed)(nil)
 
 // List lists without copying labels and bootstrap data: the controller
-// only reads them (the same calls and injected errors as Cloud.List).
+// only reads them (the same calls and injected errors as Cloud.List). The
+// two latest lists' slices are reused in turn: the controller reads a
+// list until it takes the next one, never after.
 func (o *observed) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
-	return o.Cloud.ListShared(ctx, f)
+	next := 1 - o.cur
+	list, err := o.Cloud.ListSharedInto(ctx, f, o.bufs[next])
+	if err != nil {
+		return nil, err
+	}
+	o.bufs[next], o.cur = list, next
+	return list, nil
 }
 
 // Create counts launches.
@@ -665,7 +705,7 @@ func (o *observed) Drain(ctx context.Context, req provider.DrainRequest) (provid
 // other is disrupted by scale-down, an invariant violation.
 func (o *observed) Delete(ctx context.Context, req provider.DeleteRequest) (provider.Ack, error) {
 	reclaimed := false
-	if m, err := o.Cloud.Get(ctx, req.MachineID); err == nil && !m.ReclaimAt.IsZero() {
+	if m, err := o.Cloud.GetShared(ctx, req.MachineID); err == nil && !m.ReclaimAt.IsZero() {
 		reclaimed = true
 	}
 	ack, err := o.Cloud.Delete(ctx, req)

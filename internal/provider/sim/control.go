@@ -131,6 +131,17 @@ func (c *Cloud) Provisions(id string) int {
 	return 0
 }
 
+// Changes applies the events due by the clock's now and returns how many
+// times a machine was created, changed state, got a reclaim notice or
+// disappeared so far: a caller that watches machines with Get can skip
+// the calls while the count stays the same (Get then returns what it
+// returned before, and draws no randomness while APIErrorRate is 0).
+func (c *Cloud) Changes() uint64 {
+	c.lock()
+	defer c.mu.Unlock()
+	return c.changes
+}
+
 // NextEvent returns when the next pending event (a transition finishing or
 // timing out, a notice, a reclaim) is due, and false when none is pending. A
 // discrete-event simulator advances its clock straight to it.
