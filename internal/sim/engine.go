@@ -134,15 +134,17 @@ type engine struct {
 	resync   bool     // the last look at the cloud failed
 	tracked  []string // machines in flight, in the order first seen
 	tracking map[string]seenState
+	tickAt   time.Time // armed tick; zero when none
+	tickGen  uint64
+	wakeAt   time.Time // armed policy wake-up; zero when none
+	wakeGen  uint64
+	marks    bool // the reconciler scales down through deletion marks
+
 	// seenChanges is the cloud's change count at the last look at the
 	// tracked machines; trackAdded is set when a machine was added since.
 	seenChanges uint64
 	trackAdded  bool
-	tickAt      time.Time // armed tick; zero when none
-	tickGen     uint64
-	wakeAt      time.Time // armed policy wake-up; zero when none
-	wakeGen     uint64
-	marks       bool // the reconciler scales down through deletion marks
+
 	// countsInstances: the policy counts running instances (Pressure.
 	// Inflight), so the pressure report lists each one.
 	countsInstances bool

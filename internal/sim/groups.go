@@ -228,6 +228,7 @@ func (e *engine) join(m *provider.Machine) {
 	e.byMachine[m.ID] = n
 	e.nodesMoved = true
 	e.unjoined++
+	e.joining = append(e.joining, n)
 	e.setIdle(n, true)
 	e.reindex(n)
 	e.changed, e.placeable = true, true
