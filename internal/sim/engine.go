@@ -59,6 +59,9 @@ type Options struct {
 	// perInstance keeps every instance in a group of its own: the engine
 	// as it was before groups, which tests compare with.
 	perInstance bool
+	// lookAll looks at every machine in flight on each look at the cloud,
+	// as the engine did before it watched the cloud's changes (tests).
+	lookAll bool
 }
 
 // Run replays the workload on the pool under one policy: the same policy,
@@ -130,9 +133,9 @@ type engine struct {
 	desired  int
 	state    policy.State
 	settled  bool
-	ctlDirty bool     // the cloud changed since the last tick
-	resync   bool     // the last look at the cloud failed
-	tracked  []string // machines in flight, in the order first seen
+	ctlDirty bool         // the cloud changed since the last tick
+	resync   bool         // the last look at the cloud failed
+	tracked  []trackEntry // machines in flight, in the order first seen
 	tracking map[string]seenState
 	tickAt   time.Time // armed tick; zero when none
 	tickGen  uint64
@@ -140,10 +143,14 @@ type engine struct {
 	wakeGen  uint64
 	marks    bool // the reconciler scales down through deletion marks
 
-	// seenChanges is the cloud's change count at the last look at the
-	// tracked machines; trackAdded is set when a machine was added since.
-	seenChanges uint64
-	trackAdded  bool
+	// watched: the cloud notes the machines that change (no injected API
+	// errors), so syncMachines looks at those, the ones in lookAgain (newly
+	// watched, or whose node left) and no other.
+	watched   bool
+	trackSeq  uint64
+	lookAgain []string
+	noted     []string
+	cand      []trackEntry
 
 	// countsInstances: the policy counts running instances (Pressure.
 	// Inflight), so the pressure report lists each one.
@@ -213,6 +220,10 @@ func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {
 		return nil, err
 	}
 	e.desired = pcfg.Nodes.Initial()
+	if cfg.Cloud.APIErrorRate == 0 && !opts.lookAll {
+		cloud.WatchChanges()
+		e.watched = true
+	}
 
 	// Shapes and instances.
 	index := map[string]int32{}
@@ -407,66 +418,111 @@ func (e *engine) arrival(j int) time.Time {
 // watched (launched, leaving, or spot nodes that may be reclaimed), so a
 // look costs nothing for the steady nodes.
 func (e *engine) syncMachines() {
-	// Without injected API errors, a Get draws no randomness and returns
-	// what it returned last time unless the cloud counted a change: the
-	// calls are skipped while nothing changed and no machine was added to
-	// the watch (the figures are the same either way).
-	quiet := e.cfg.Cloud.APIErrorRate == 0
-	if len(e.tracked) == 0 {
-		e.resync, e.trackAdded = false, false
+	if len(e.tracking) == 0 {
+		e.resync = false
+		e.lookAgain = e.lookAgain[:0]
+		if e.watched {
+			e.cloud.ResetChanges()
+		}
 		return
 	}
-	if quiet && !e.resync && !e.trackAdded && e.cloud.Changes() == e.seenChanges {
+	if !e.watched || e.resync {
+		e.syncAll()
 		return
 	}
-	e.resync, e.trackAdded = false, false
+	// Without injected API errors a Get draws no randomness, and a machine
+	// the cloud noted no change of reads as it did the last time: only the
+	// machines that changed, and those newly watched or whose node left,
+	// are looked at, in the order a look at every one would take them.
+	e.noted = e.cloud.TakeChanges(e.noted)
+	cand := e.cand[:0]
+	for _, ids := range [][]string{e.noted, e.lookAgain} {
+		for _, id := range ids {
+			if st, ok := e.tracking[id]; ok {
+				cand = append(cand, trackEntry{id: id, seq: st.seq})
+			}
+		}
+	}
+	clear(e.lookAgain)
+	e.lookAgain = e.lookAgain[:0]
+	slices.SortFunc(cand, func(a, b trackEntry) int { return cmp.Compare(a.seq, b.seq) })
+	for i, c := range cand {
+		if i > 0 && cand[i-1].seq == c.seq {
+			continue
+		}
+		if st, ok := e.tracking[c.id]; ok && st.seq == c.seq {
+			e.look(c.id)
+		}
+	}
+	clear(cand)
+	e.cand = cand[:0]
+	if stale := len(e.tracked) - len(e.tracking); stale > 64 && stale > len(e.tracking) {
+		e.tracked = slices.DeleteFunc(e.tracked, func(t trackEntry) bool { return !e.live(t) })
+	}
+}
+
+// syncAll looks at every machine in flight, in the order first seen (the
+// way with injected API errors, where every call draws randomness).
+func (e *engine) syncAll() {
+	e.resync = false
 	keep := e.tracked[:0]
-	for _, id := range e.tracked {
-		m, err := e.cloud.GetShared(context.Background(), id)
-		switch {
-		case provider.IsNotFound(err):
-			delete(e.tracking, id)
-			e.billed--
-			e.ctlDirty = true
-			if n := e.byMachine[id]; n != nil {
-				e.leave(n, true)
-			}
-			continue
-		case err != nil:
-			// The simulated cloud injects errors on reads too: look
-			// again on the next step.
-			e.resync = true
-			keep = append(keep, id)
-			continue
+	for _, t := range e.tracked {
+		if e.live(t) && e.look(t.id) {
+			keep = append(keep, t)
 		}
-		if seen := (seenState{m.State, m.ReclaimAt}); e.tracking[id] != seen {
-			// Transitions may happen inside any call to the cloud (an
-			// instant one is applied by the next call): whatever changed,
-			// the controller sees on its next tick.
-			e.tracking[id] = seen
-			e.ctlDirty = true
-		}
-		switch {
-		case m.State == provider.Configured && e.byMachine[id] == nil:
-			e.join(&m)
-			if e.offs[m.Offering].InterruptionProbability == 0 {
-				delete(e.tracking, id)
-				continue
-			}
-		}
-		keep = append(keep, id)
 	}
 	clear(e.tracked[len(keep):])
 	e.tracked = keep
-	if quiet {
-		e.seenChanges = e.cloud.Changes()
+}
+
+// live reports whether a tracked entry still stands for a watched machine.
+func (e *engine) live(t trackEntry) bool {
+	st, ok := e.tracking[t.id]
+	return ok && st.seq == t.seq
+}
+
+// look gets one watched machine and acts on what it sees; it reports
+// whether the machine stays watched.
+func (e *engine) look(id string) bool {
+	m, err := e.cloud.GetShared(context.Background(), id)
+	switch {
+	case provider.IsNotFound(err):
+		delete(e.tracking, id)
+		e.billed--
+		e.ctlDirty = true
+		if n := e.byMachine[id]; n != nil {
+			e.leave(n, true)
+		}
+		return false
+	case err != nil:
+		// The simulated cloud injects errors on reads too: look
+		// again on the next step.
+		e.resync = true
+		return true
 	}
+	if st := e.tracking[id]; st.state != m.State || st.reclaim != m.ReclaimAt {
+		// Transitions may happen inside any call to the cloud (an
+		// instant one is applied by the next call): whatever changed,
+		// the controller sees on its next tick.
+		st.state, st.reclaim = m.State, m.ReclaimAt
+		e.tracking[id] = st
+		e.ctlDirty = true
+	}
+	switch {
+	case m.State == provider.Configured && e.byMachine[id] == nil:
+		e.join(&m)
+		if e.offs[m.Offering].InterruptionProbability == 0 {
+			delete(e.tracking, id)
+			return false
+		}
+	}
+	return true
 }
 
 // syncTracked looks at the machines in flight after the controller acted:
 // an instant transition it started is applied by the next call.
 func (e *engine) syncTracked() {
-	if len(e.tracked) > 0 {
+	if len(e.tracking) > 0 {
 		e.syncMachines()
 	}
 }
@@ -474,16 +530,27 @@ func (e *engine) syncTracked() {
 // track watches a machine until it joins or is gone.
 func (e *engine) track(id string) {
 	if _, ok := e.tracking[id]; !ok {
-		e.tracking[id] = seenState{}
-		e.tracked = append(e.tracked, id)
-		e.trackAdded = true
+		e.trackSeq++
+		e.tracking[id] = seenState{seq: e.trackSeq}
+		e.tracked = append(e.tracked, trackEntry{id: id, seq: e.trackSeq})
+		e.lookAgain = append(e.lookAgain, id)
 	}
 }
 
-// seenState is what the engine last saw of a tracked machine.
+// seenState is what the engine last saw of a tracked machine, and its
+// place in the order of tracked.
 type seenState struct {
 	state   provider.State
 	reclaim time.Time
+	seq     uint64
+}
+
+// trackEntry is a machine in the order first watched; it stands for the
+// machine while seq is the one of its seenState (a machine no longer
+// watched, or watched again since, leaves a stale entry).
+type trackEntry struct {
+	id  string
+	seq uint64
 }
 
 func (e *engine) node(ord int) *node {

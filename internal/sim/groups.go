@@ -244,6 +244,9 @@ func (e *engine) leave(n *node, interrupted bool) {
 		return
 	}
 	delete(e.byMachine, n.machine)
+	if e.watched {
+		e.lookAgain = append(e.lookAgain, n.machine) // looked at again as a look at every machine would
+	}
 	if !n.ctlJoined {
 		e.unjoined--
 	}

@@ -55,9 +55,10 @@ type Cloud struct {
 	alive      int    // machines not gone, for the total quota
 	hosts      int    // host address counter
 	interrupts []*Interruption
-	// changes counts the changes of a machine's state, reclaim notice or
-	// existence (Changes).
-	changes uint64
+	// changed notes the ids of machines whose state, reclaim notice or
+	// existence changed, once WatchChanges was called (TakeChanges).
+	watch   bool
+	changed []string
 }
 
 var _ provider.Provider = (*Cloud)(nil)
@@ -440,7 +441,7 @@ func (c *Cloud) startTransition(now time.Time, m *machine, state provider.State,
 }
 
 func (c *Cloud) setState(now time.Time, m *machine, s provider.State) {
-	c.changes++
+	c.note(m)
 	m.State = s
 	m.UpdatedAt = now
 	m.gen++
@@ -465,6 +466,7 @@ func (c *Cloud) stale(ev event) bool {
 	case evDone, evTimeout:
 		return m.gen != ev.gen
 	case evNotice:
+		c.note(m)
 		return !m.reclaim.Equal(ev.reclaim)
 	default:
 		return !m.reclaim.Equal(ev.at)
@@ -496,7 +498,7 @@ func (c *Cloud) apply(ev event) {
 		m.Reason = fmt.Sprintf("%s did not finish within %s", m.State, ev.at.Sub(m.UpdatedAt))
 		c.setState(ev.at, m, provider.Failed)
 	case evNotice:
-		c.changes++
+		c.note(m)
 		m.ReclaimAt = m.reclaim
 		m.intr = &Interruption{MachineID: m.ID, Pool: m.Pool, Offering: m.Offering, NoticeAt: ev.at, ReclaimAt: m.reclaim}
 		c.interrupts = append(c.interrupts, m.intr)
@@ -536,7 +538,7 @@ func (c *Cloud) interruptAt(now time.Time, m *machine, reclaim time.Time) {
 
 // remove makes m disappear at now: billing stops and its id is retired.
 func (c *Cloud) remove(now time.Time, m *machine, why string) {
-	c.changes++
+	c.note(m)
 	delete(c.machines, m.ID)
 	delete(c.pools[m.Pool], m.ID)
 	c.resort(m, false)
@@ -549,6 +551,13 @@ func (c *Cloud) remove(now time.Time, m *machine, why string) {
 	m.gen++
 	if r := c.ledger[m.ID]; r != nil {
 		r.End, r.Ended = now, why
+	}
+}
+
+// note records a change of m for TakeChanges.
+func (c *Cloud) note(m *machine) {
+	if c.watch {
+		c.changed = append(c.changed, m.ID)
 	}
 }
 

@@ -131,15 +131,35 @@ func (c *Cloud) Provisions(id string) int {
 	return 0
 }
 
-// Changes applies the events due by the clock's now and returns how many
-// times a machine was created, changed state, got a reclaim notice or
-// disappeared so far: a caller that watches machines with Get can skip
-// the calls while the count stays the same (Get then returns what it
-// returned before, and draws no randomness while APIErrorRate is 0).
-func (c *Cloud) Changes() uint64 {
+// WatchChanges makes the cloud note, from now on, the id of every machine
+// that is created, changes state, gets a reclaim notice or disappears, for
+// TakeChanges: a caller watching machines with Get can then look at those
+// that changed only.
+func (c *Cloud) WatchChanges() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watch = true
+}
+
+// TakeChanges applies the events due by the clock's now and returns the
+// ids noted since the last TakeChanges or ResetChanges, in order (an id
+// changed twice is there twice), appended to dst[:0]. A machine whose id
+// is not among them would be returned by Get as it was the last time.
+func (c *Cloud) TakeChanges(dst []string) []string {
 	c.lock()
 	defer c.mu.Unlock()
-	return c.changes
+	dst = append(dst[:0], c.changed...)
+	clear(c.changed)
+	c.changed = c.changed[:0]
+	return dst
+}
+
+// ResetChanges forgets the ids noted so far, without applying events.
+func (c *Cloud) ResetChanges() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.changed)
+	c.changed = c.changed[:0]
 }
 
 // NextEvent returns when the next pending event (a transition finishing or
