@@ -43,6 +43,8 @@ type node struct {
 	tries        int
 	drain        drainPhase
 	uncordonOwed bool // an Uncordon failed and is retried
+	// listAt is where the machine was in the last list (a hint).
+	listAt int
 }
 
 func (n *node) ref(pool string) Node {
@@ -378,7 +380,7 @@ func (c *Controller) observe(ctx context.Context) {
 	now := c.clock.Now()
 	for i := 0; i < len(c.nodes) && !c.deposed; i++ {
 		if n := c.nodes[i]; n != nil {
-			c.observeNode(ctx, n, c.listed[n.rec.MachineID], now, true)
+			c.observeNode(ctx, n, c.listedMachine(n.rec.MachineID, &n.listAt), now, true)
 		}
 	}
 	for i := 0; i < len(c.list) && !c.deposed; i++ {
@@ -619,7 +621,7 @@ func (c *Controller) sweep(ctx context.Context, listed bool) {
 		if d.done {
 			continue
 		}
-		if m := c.listed[d.rec.MachineID]; listed && m != nil && m.State == provider.Deleting {
+		if m := c.listedMachine(d.rec.MachineID, nil); listed && m != nil && m.State == provider.Deleting {
 			continue
 		}
 		c.deleteOne(ctx, d)
