@@ -437,7 +437,15 @@ func (e *engine) begin(g int32, n *node, k int32) {
 	rg := &e.groups[run]
 	job := &e.w.Jobs[rg.job]
 	if !rg.ran && !job.Preexisting {
-		e.waits = append(e.waits, waitCount{sec: e.now.Sub(Origin.Add(job.Submit)).Seconds(), count: int64(k)})
+		// The parts of one group placed in one step wait alike: one entry
+		// for them all, so that the waits kept follow the groups placed,
+		// not the nodes they spread over.
+		sec := e.now.Sub(Origin.Add(job.Submit)).Seconds()
+		if n := len(e.waits); n > 0 && e.waits[n-1].sec == sec {
+			e.waits[n-1].count += int64(k)
+		} else {
+			e.waits = append(e.waits, waitCount{sec: sec, count: int64(k)})
+		}
 	}
 	r := e.shapes[rg.shape]
 	if n.ninst == 0 {
