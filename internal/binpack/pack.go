@@ -131,6 +131,10 @@ func Pack(groups []capacity.Pending, offerings []capacity.Offering, opts ...Opti
 	return p.result()
 }
 
+// slowTree makes newPacker build its tree bin by bin with every bin's free
+// space, as it did before the one-pass build: tests compare the two.
+var slowTree = false
+
 type placement struct {
 	bin, group int32
 	count      int
@@ -213,10 +217,6 @@ func newPacker(groups []capacity.Pending, offerings []capacity.Offering, o optio
 		p.binOff[i] = -1
 	}
 	p.binStart = slices.Clone(p.binFree)
-	p.tree = newTree(nd, nb+16)
-	for i := range nb {
-		p.tree.set(i, p.binFree[i*nd:(i+1)*nd])
-	}
 
 	// Groups: vectors, weights, packing order. A group asking for a negative
 	// amount, or for a dimension no node has, is unplaced outright.
@@ -278,6 +278,22 @@ func newPacker(groups []capacity.Pending, offerings []capacity.Offering, o optio
 				dst[k] = min(dst[k], p.sufMin[(pos+1)*nd+k])
 			}
 		}
+	}
+	// The tree over the existing free space, built in one pass. A bin
+	// that does not fit the smallest request in some dimension (sufMin[0],
+	// the component-wise minimum over every group to place) fits no item:
+	// it enters the tree as "never fits", which leaves every first-fit
+	// answer as it was and spares the searches the subtrees of full
+	// nodes.
+	p.tree = newTree(nd, nb+16)
+	switch {
+	case slowTree:
+		for i := range nb {
+			p.tree.set(i, p.binFree[i*nd:(i+1)*nd])
+		}
+	case len(p.order) > 0:
+		least := p.sufMin[:nd]
+		p.tree.build(p.binFree, func(b int) bool { return !fits(least, p.binFree[b*nd:(b+1)*nd]) })
 	}
 	return p
 }

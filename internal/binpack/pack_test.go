@@ -2,6 +2,8 @@ package binpack
 
 import (
 	"math"
+	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -256,5 +258,42 @@ func TestTreeFirst(t *testing.T) {
 	}
 	if got := tr.first([]int64{1, 1}); got != 2 {
 		t.Errorf("after growth first = %d, want 2", got)
+	}
+}
+
+// TestPackTreeBuildUnchanged: the one-pass tree over the existing free
+// space, with the bins that fit no item left out, gives the same packing
+// as the tree built bin by bin with every bin, on random pools where most
+// nodes are full or nearly so.
+func TestPackTreeBuildUnchanged(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 21))
+	offs := []capacity.Offering{
+		offering("c32", capacity.OnDemand, res(32000, 128, 0), 1.5),
+		offering("g8", capacity.OnDemand, res(96000, 768, 8), 24),
+	}
+	for trial := range 300 {
+		var free []capacity.Resources
+		for range rng.IntN(400) {
+			switch rng.IntN(4) {
+			case 0:
+				free = append(free, res(0, 0, 0))
+			case 1:
+				free = append(free, res(rng.Int64N(500), rng.Int64N(128), 0))
+			default:
+				free = append(free, res(rng.Int64N(32001), rng.Int64N(129), rng.Int64N(3)))
+			}
+		}
+		var groups []capacity.Pending
+		for range 1 + rng.IntN(6) {
+			groups = append(groups, capacity.Pending{Requests: res(100*(1+rng.Int64N(80)), 1+rng.Int64N(16), rng.Int64N(2)), Count: 1 + rng.IntN(300)})
+		}
+		maxNew := rng.IntN(20) - 1
+		fast := Pack(groups, offs, WithFree(free), WithMaxNew(maxNew))
+		slowTree = true
+		slow := Pack(groups, offs, WithFree(free), WithMaxNew(maxNew))
+		slowTree = false
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("trial %d: the one-pass tree packs differently:\n%+v\nbin by bin:\n%+v", trial, fast, slow)
+		}
 	}
 }

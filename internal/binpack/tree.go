@@ -47,6 +47,28 @@ func (t *tree) set(b int, free []int64) {
 	}
 }
 
+// build stores the free vectors of bins 0..len(free)/d-1 (d per bin) at
+// once and computes every inner node in one bottom-up pass: O(bins), where
+// a set per bin would refresh the ancestors each time (O(bins log bins)).
+// Bins for which skip reports true keep the "never fits" leaf (-1).
+func (t *tree) build(free []int64, skip func(b int) bool) {
+	nb := len(free) / t.d
+	for nb > t.p {
+		t.grow()
+	}
+	for b := range nb {
+		if skip == nil || !skip(b) {
+			copy(t.node(t.p+b), free[b*t.d:(b+1)*t.d])
+		}
+	}
+	for i := t.p - 1; i >= 1; i-- {
+		dst, l, r := t.node(i), t.node(2*i), t.node(2*i+1)
+		for k := range dst {
+			dst[k] = max(l[k], r[k])
+		}
+	}
+}
+
 // grow doubles the leaf count, keeping the leaves in order.
 func (t *tree) grow() {
 	old := *t

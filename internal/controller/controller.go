@@ -64,8 +64,8 @@ type Controller struct {
 	busyHint  map[reconcile.NodeID]bool
 	saved     int // desired count in the journal
 	hasSaved  bool
-	list      []provider.Machine           // this tick's List
-	listed    map[string]*provider.Machine // by id, into list
+	list      []provider.Machine // this tick's List
+	listed    map[string]int     // by id, index into list
 	decisions uint64
 	events    uint64
 	// Latched until the next tick: a total quota refused a Create (its
@@ -115,7 +115,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		log: logger.With("pool", cfg.Pool), sink: deps.Events, metrics: metrics, offerings: offs,
 		byMachine: map[string]*node{}, doomedBy: map[string]*doomed{}, skipUntil: map[string]time.Time{},
 		orphanSeen: map[string]time.Time{},
-		listed:     map[string]*provider.Machine{}, poke: make(chan struct{}, 1),
+		listed:     map[string]int{}, poke: make(chan struct{}, 1),
 	}
 	c.status = Status{Pool: cfg.Pool}
 	return c, nil
@@ -258,13 +258,40 @@ func (c *Controller) pass(ctx context.Context, tick bool) error {
 
 func (c *Controller) errDeposed() error { return fmt.Errorf("pool %q: %w", c.cfg.Pool, ErrDeposed) }
 
-// index makes list this tick's view of the pool.
+// index makes list this tick's view of the pool. A list of the same
+// machines in the same order as the last one keeps the last one's index.
 func (c *Controller) index(list []provider.Machine) {
+	same := len(list) == len(c.list) && len(c.listed) == len(list)
+	for i := 0; same && i < len(list); i++ {
+		same = list[i].ID == c.list[i].ID
+	}
 	c.list = list
+	if same {
+		return
+	}
 	clear(c.listed)
 	for i := range list {
-		c.listed[list[i].ID] = &list[i]
+		c.listed[list[i].ID] = i
 	}
+}
+
+// listedMachine returns this tick's listing of machine id, nil when the
+// pool's list does not have it. hint, when not nil, is where the machine
+// was found last time (checked first, then updated).
+func (c *Controller) listedMachine(id string, hint *int) *provider.Machine {
+	if hint != nil {
+		if i := *hint; i >= 0 && i < len(c.list) && c.list[i].ID == id {
+			return &c.list[i]
+		}
+	}
+	i, ok := c.listed[id]
+	if !ok {
+		return nil
+	}
+	if hint != nil {
+		*hint = i
+	}
+	return &c.list[i]
 }
 
 // start takes the pool over: it raises the epoch, loads the journal, lists
@@ -329,7 +356,7 @@ func (c *Controller) start(ctx context.Context) error {
 	adopt := reconcile.Adopt{Launch: launch}
 	for _, id := range slices.Sorted(maps.Keys(keep)) {
 		r := keep[id]
-		m := c.listed[r.MachineID]
+		m := c.listedMachine(r.MachineID, nil)
 		if m == nil || m.State == provider.Failed || m.State == provider.Deleting || !m.ReclaimAt.IsZero() {
 			c.doom(ctx, r)
 			continue
@@ -589,6 +616,31 @@ func (c *Controller) Status() Status {
 	s.Unavailable = maps.Clone(s.Unavailable)
 	s.Marks = maps.Clone(s.Marks)
 	return s
+}
+
+// Summary is Status without the per-node list (Nodes is nil): for a caller
+// that reads the figures after every pass of a large pool (the simulator),
+// without a copy of every node each time. Safe for concurrent use.
+func (c *Controller) Summary() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.status
+	s.Nodes = nil
+	s.Deleting = slices.Clone(s.Deleting)
+	s.Unavailable = maps.Clone(s.Unavailable)
+	return s
+}
+
+// Node returns the status of the machine serving ordinal id as of the end
+// of the last pass (false when none does). Safe for concurrent use.
+func (c *Controller) Node(id reconcile.NodeID) (NodeStatus, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := slices.BinarySearchFunc(c.status.Nodes, id, func(n NodeStatus, id reconcile.NodeID) int { return cmp.Compare(n.ID, id) })
+	if !ok {
+		return NodeStatus{}, false
+	}
+	return c.status.Nodes[i], true
 }
 
 // publish updates the gauges and the Status snapshot.

@@ -43,6 +43,8 @@ type node struct {
 	tries        int
 	drain        drainPhase
 	uncordonOwed bool // an Uncordon failed and is retried
+	// listAt is where the machine was in the last list (a hint).
+	listAt int
 }
 
 func (n *node) ref(pool string) Node {
@@ -378,7 +380,7 @@ func (c *Controller) observe(ctx context.Context) {
 	now := c.clock.Now()
 	for i := 0; i < len(c.nodes) && !c.deposed; i++ {
 		if n := c.nodes[i]; n != nil {
-			c.observeNode(ctx, n, c.listed[n.rec.MachineID], now, true)
+			c.observeNode(ctx, n, c.listedMachine(n.rec.MachineID, &n.listAt), now, true)
 		}
 	}
 	c.forgetOrphans()
@@ -631,7 +633,7 @@ func (c *Controller) orphan(ctx context.Context, m *provider.Machine) {
 // now known.
 func (c *Controller) forgetOrphans() {
 	for id := range c.orphanSeen {
-		if c.listed[id] == nil || c.byMachine[id] != nil || c.doomedBy[id] != nil {
+		if c.listedMachine(id, nil) == nil || c.byMachine[id] != nil || c.doomedBy[id] != nil {
 			delete(c.orphanSeen, id)
 		}
 	}
@@ -645,7 +647,7 @@ func (c *Controller) sweep(ctx context.Context, listed bool) {
 		if d.done {
 			continue
 		}
-		if m := c.listed[d.rec.MachineID]; listed && m != nil && m.State == provider.Deleting {
+		if m := c.listedMachine(d.rec.MachineID, nil); listed && m != nil && m.State == provider.Deleting {
 			continue
 		}
 		c.deleteOne(ctx, d)

@@ -297,6 +297,9 @@ func tideDaemons(n *capacity.Node) capacity.Resources {
 // tideMax returns the component-wise maximum of a and b.
 func tideMax(a, b capacity.Resources) capacity.Resources {
 	out := capacity.Resources{MilliCPU: max(a.MilliCPU, b.MilliCPU), Memory: max(a.Memory, b.Memory), GPUs: max(a.GPUs, b.GPUs)}
+	if a.Extended == nil && b.Extended == nil {
+		return out // no extended resources: a pass per node stays cheap
+	}
 	for _, r := range []capacity.Resources{a, b} {
 		for k, v := range r.Extended {
 			if v > out.Extended[k] {

@@ -3,7 +3,9 @@ package reconcile
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -464,7 +466,7 @@ func (p *Pool) planDrains() {
 		return
 	}
 	var victims, skipped []NodeID
-	for _, id := range slices.Backward(p.current.sorted()) {
+	for id := range p.current.descending() {
 		if len(victims) == excess {
 			break
 		}
@@ -726,6 +728,35 @@ func (s idSet) add(id NodeID)         { s[id] = struct{}{} }
 func (s idSet) del(id NodeID)         { delete(s, id) }
 func (s idSet) sorted() []NodeID      { return slices.Sorted(maps.Keys(s)) }
 func sortedIDs(ids []NodeID) []NodeID { return slices.Sorted(slices.Values(ids)) }
+
+// descending yields the ids from the highest down, as ranging over
+// slices.Backward(s.sorted()) does. Ids are ordinals, mostly dense: a
+// dense set is walked from its highest id down without sorting, so that
+// a caller that stops after a few ids pays a pass over the set, not a sort.
+func (s idSet) descending() iter.Seq[NodeID] {
+	return func(yield func(NodeID) bool) {
+		if len(s) == 0 {
+			return
+		}
+		lo, hi := NodeID(math.MaxInt), NodeID(math.MinInt)
+		for id := range s {
+			lo, hi = min(lo, id), max(hi, id)
+		}
+		if lo < 0 || int(hi-lo) > 4*len(s)+64 {
+			for _, id := range slices.Backward(s.sorted()) {
+				if !yield(id) {
+					return
+				}
+			}
+			return
+		}
+		for id := hi; id >= lo; id-- {
+			if s.has(id) && !yield(id) {
+				return
+			}
+		}
+	}
+}
 
 // count writes n and the noun, in the plural unless n is 1.
 func count(n int, noun string) string {

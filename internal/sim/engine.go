@@ -59,6 +59,9 @@ type Options struct {
 	// perInstance keeps every instance in a group of its own: the engine
 	// as it was before groups, which tests compare with.
 	perInstance bool
+	// lookAll looks at every machine in flight on each look at the cloud,
+	// as the engine did before it watched the cloud's changes (tests).
+	lookAll bool
 }
 
 // Run replays the workload on the pool under one policy: the same policy,
@@ -122,6 +125,7 @@ type engine struct {
 	byMachine map[string]*node
 	billed    int     // machines the cloud bills now
 	unjoined  int     // nodes not yet reported joined by the controller
+	joining   []*node // those nodes (and some that left or joined since)
 	busyDirty []*node // nodes whose busy state or join changed since reportBusy
 	idle      []*node // the joined nodes running nothing (node.idlePos)
 
@@ -129,15 +133,25 @@ type engine struct {
 	desired  int
 	state    policy.State
 	settled  bool
-	ctlDirty bool     // the cloud changed since the last tick
-	resync   bool     // the last look at the cloud failed
-	tracked  []string // machines in flight, in the order first seen
+	ctlDirty bool         // the cloud changed since the last tick
+	resync   bool         // the last look at the cloud failed
+	tracked  []trackEntry // machines in flight, in the order first seen
 	tracking map[string]seenState
 	tickAt   time.Time // armed tick; zero when none
 	tickGen  uint64
 	wakeAt   time.Time // armed policy wake-up; zero when none
 	wakeGen  uint64
 	marks    bool // the reconciler scales down through deletion marks
+
+	// watched: the cloud notes the machines that change (no injected API
+	// errors), so syncMachines looks at those, the ones in lookAgain (newly
+	// watched, or whose node left) and no other.
+	watched   bool
+	trackSeq  uint64
+	lookAgain []string
+	noted     []string
+	cand      []trackEntry
+
 	// countsInstances: the policy counts running instances (Pressure.
 	// Inflight), so the pressure report lists each one.
 	countsInstances bool
@@ -150,8 +164,17 @@ type engine struct {
 	// cons is the run's consolidation (consolidate.go); nil when nothing may move.
 	cons *consolidation
 
-	// Scratch for the pressure report.
-	report capacity.Pressure
+	// The pressure report, kept between evaluations: nodesMoved says a
+	// node joined or left since (the list is rebuilt), repStale lists the
+	// nodes whose entry changed (their entries are refreshed).
+	report     capacity.Pressure
+	nodesMoved bool
+	repStale   []*node
+	// maxFree is the largest free space of any schedulable node, per
+	// dimension (CPU, memory, GPUs), for place; recomputed when a node that
+	// held a maximum lost free space (maxDirty).
+	maxFree  capacity.Resources
+	maxDirty bool
 
 	res        Result
 	waits      []waitCount
@@ -201,6 +224,10 @@ func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {
 	e.desired = pcfg.Nodes.Initial()
 	if e.cons, err = newConsolidation(cfg, w, &pcfg); err != nil {
 		return nil, err
+	}
+	if cfg.Cloud.APIErrorRate == 0 && !opts.lookAll {
+		cloud.WatchChanges()
+		e.watched = true
 	}
 
 	// Shapes and instances.
@@ -399,51 +426,111 @@ func (e *engine) arrival(j int) time.Time {
 // watched (launched, leaving, or spot nodes that may be reclaimed), so a
 // look costs nothing for the steady nodes.
 func (e *engine) syncMachines() {
+	if len(e.tracking) == 0 {
+		e.resync = false
+		e.lookAgain = e.lookAgain[:0]
+		if e.watched {
+			e.cloud.ResetChanges()
+		}
+		return
+	}
+	if !e.watched || e.resync {
+		e.syncAll()
+		return
+	}
+	// Without injected API errors a Get draws no randomness, and a machine
+	// the cloud noted no change of reads as it did the last time: only the
+	// machines that changed, and those newly watched or whose node left,
+	// are looked at, in the order a look at every one would take them.
+	e.noted = e.cloud.TakeChanges(e.noted)
+	cand := e.cand[:0]
+	for _, ids := range [][]string{e.noted, e.lookAgain} {
+		for _, id := range ids {
+			if st, ok := e.tracking[id]; ok {
+				cand = append(cand, trackEntry{id: id, seq: st.seq})
+			}
+		}
+	}
+	clear(e.lookAgain)
+	e.lookAgain = e.lookAgain[:0]
+	slices.SortFunc(cand, func(a, b trackEntry) int { return cmp.Compare(a.seq, b.seq) })
+	for i, c := range cand {
+		if i > 0 && cand[i-1].seq == c.seq {
+			continue
+		}
+		if st, ok := e.tracking[c.id]; ok && st.seq == c.seq {
+			e.look(c.id)
+		}
+	}
+	clear(cand)
+	e.cand = cand[:0]
+	if stale := len(e.tracked) - len(e.tracking); stale > 64 && stale > len(e.tracking) {
+		e.tracked = slices.DeleteFunc(e.tracked, func(t trackEntry) bool { return !e.live(t) })
+	}
+}
+
+// syncAll looks at every machine in flight, in the order first seen (the
+// way with injected API errors, where every call draws randomness).
+func (e *engine) syncAll() {
 	e.resync = false
 	keep := e.tracked[:0]
-	for _, id := range e.tracked {
-		m, err := e.cloud.Get(context.Background(), id)
-		switch {
-		case provider.IsNotFound(err):
-			delete(e.tracking, id)
-			e.billed--
-			e.ctlDirty = true
-			if n := e.byMachine[id]; n != nil {
-				e.leave(n, true)
-			}
-			continue
-		case err != nil:
-			// The simulated cloud injects errors on reads too: look
-			// again on the next step.
-			e.resync = true
-			keep = append(keep, id)
-			continue
+	for _, t := range e.tracked {
+		if e.live(t) && e.look(t.id) {
+			keep = append(keep, t)
 		}
-		if seen := (seenState{m.State, m.ReclaimAt}); e.tracking[id] != seen {
-			// Transitions may happen inside any call to the cloud (an
-			// instant one is applied by the next call): whatever changed,
-			// the controller sees on its next tick.
-			e.tracking[id] = seen
-			e.ctlDirty = true
-		}
-		switch {
-		case m.State == provider.Configured && e.byMachine[id] == nil:
-			e.join(&m)
-			if e.offs[m.Offering].InterruptionProbability == 0 {
-				delete(e.tracking, id)
-				continue
-			}
-		}
-		keep = append(keep, id)
 	}
 	clear(e.tracked[len(keep):])
 	e.tracked = keep
 }
 
+// live reports whether a tracked entry still stands for a watched machine.
+func (e *engine) live(t trackEntry) bool {
+	st, ok := e.tracking[t.id]
+	return ok && st.seq == t.seq
+}
+
+// look gets one watched machine and acts on what it sees; it reports
+// whether the machine stays watched.
+func (e *engine) look(id string) bool {
+	m, err := e.cloud.GetShared(context.Background(), id)
+	switch {
+	case provider.IsNotFound(err):
+		delete(e.tracking, id)
+		e.billed--
+		e.ctlDirty = true
+		if n := e.byMachine[id]; n != nil {
+			e.leave(n, true)
+		}
+		return false
+	case err != nil:
+		// The simulated cloud injects errors on reads too: look
+		// again on the next step.
+		e.resync = true
+		return true
+	}
+	if st := e.tracking[id]; st.state != m.State || st.reclaim != m.ReclaimAt {
+		// Transitions may happen inside any call to the cloud (an
+		// instant one is applied by the next call): whatever changed,
+		// the controller sees on its next tick.
+		st.state, st.reclaim = m.State, m.ReclaimAt
+		e.tracking[id] = st
+		e.ctlDirty = true
+	}
+	switch {
+	case m.State == provider.Configured && e.byMachine[id] == nil:
+		e.join(&m)
+		if e.offs[m.Offering].InterruptionProbability == 0 {
+			delete(e.tracking, id)
+			return false
+		}
+	}
+	return true
+}
+
 // syncTracked looks at the machines in flight after the controller acted:
 // an instant transition it started is applied by the next call.
 func (e *engine) syncTracked() {
-	if len(e.tracked) > 0 {
+	if len(e.tracking) > 0 {
 		e.syncMachines()
 	}
 }
@@ -451,15 +538,27 @@ func (e *engine) syncTracked() {
 // track watches a machine until it joins or is gone.
 func (e *engine) track(id string) {
 	if _, ok := e.tracking[id]; !ok {
-		e.tracking[id] = seenState{}
-		e.tracked = append(e.tracked, id)
+		e.trackSeq++
+		e.tracking[id] = seenState{seq: e.trackSeq}
+		e.tracked = append(e.tracked, trackEntry{id: id, seq: e.trackSeq})
+		e.lookAgain = append(e.lookAgain, id)
 	}
 }
 
-// seenState is what the engine last saw of a tracked machine.
+// seenState is what the engine last saw of a tracked machine, and its
+// place in the order of tracked.
 type seenState struct {
 	state   provider.State
 	reclaim time.Time
+	seq     uint64
+}
+
+// trackEntry is a machine in the order first watched; it stands for the
+// machine while seq is the one of its seenState (a machine no longer
+// watched, or watched again since, leaves a stale entry).
+type trackEntry struct {
+	id  string
+	seq uint64
 }
 
 func (e *engine) node(ord int) *node {
@@ -530,7 +629,7 @@ func (e *engine) evaluate() bool {
 // afterController reads the controller's status: which nodes its
 // reconciler knows as joined, and whether the pool is settled.
 func (e *engine) afterController() {
-	st := e.ctl.Status()
+	st := e.ctl.Summary()
 	// Settled: a tick would change nothing. Nothing launches, drains or
 	// is being deleted, and the pool has its desired size, or more when
 	// every excess node runs work: in the immediate scale-down mode the
@@ -539,19 +638,28 @@ func (e *engine) afterController() {
 	idle := st.Pending == 0 && st.Draining == 0 && len(st.Deleting) == 0
 	e.settled = idle && (st.Desired == st.Current || st.Desired < st.Current && !e.marks)
 	if e.unjoined == 0 {
-		return // every node the scheduler has is joined to the reconciler
+		// Every node the scheduler has is joined to the reconciler.
+		clear(e.joining)
+		e.joining = e.joining[:0]
+		return
 	}
-	for _, ns := range st.Nodes {
-		if !ns.Joined {
-			continue
+	// Only the nodes not yet joined to the reconciler are looked up.
+	keep := e.joining[:0]
+	for _, n := range e.joining {
+		if e.byMachine[n.machine] != n || n.ctlJoined {
+			continue // gone, or joined
 		}
-		if n := e.byMachine[ns.MachineID]; n != nil && !n.ctlJoined {
+		if ns, ok := e.ctl.Node(reconcile.NodeID(n.ordinal)); ok && ns.Joined && ns.MachineID == n.machine {
 			n.ctlJoined = true
 			n.told = false // the reconciler takes a new node as idle
 			e.unjoined--
 			e.busyDirty = append(e.busyDirty, n)
+			continue
 		}
+		keep = append(keep, n)
 	}
+	clear(e.joining[len(keep):])
+	e.joining = keep
 }
 
 // armTick schedules the controller's next reconcile tick, on the grid of
@@ -624,15 +732,25 @@ var _ controller.Workload = (*engine)(nil)
 // engine watching the calls that take nodes out of the cluster.
 type observed struct {
 	*cloudsim.Cloud
-	e *engine
+	e    *engine
+	bufs [2][]provider.Machine // the last two lists
+	cur  int                   // which of them the controller holds
 }
 
 var _ provider.Provider = (*observed)(nil)
 
 // List lists without copying labels and bootstrap data: the controller
-// only reads them (the same calls and injected errors as Cloud.List).
+// only reads them (the same calls and injected errors as Cloud.List). The
+// two latest lists' slices are reused in turn: the controller reads a
+// list until it takes the next one, never after.
 func (o *observed) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
-	return o.Cloud.ListShared(ctx, f)
+	next := 1 - o.cur
+	list, err := o.Cloud.ListSharedInto(ctx, f, o.bufs[next])
+	if err != nil {
+		return nil, err
+	}
+	o.bufs[next], o.cur = list, next
+	return list, nil
 }
 
 // Create counts launches.
@@ -665,7 +783,7 @@ func (o *observed) Drain(ctx context.Context, req provider.DrainRequest) (provid
 // other is disrupted by scale-down, an invariant violation.
 func (o *observed) Delete(ctx context.Context, req provider.DeleteRequest) (provider.Ack, error) {
 	reclaimed := false
-	if m, err := o.Cloud.Get(ctx, req.MachineID); err == nil && !m.ReclaimAt.IsZero() {
+	if m, err := o.Cloud.GetShared(ctx, req.MachineID); err == nil && !m.ReclaimAt.IsZero() {
 		reclaimed = true
 	}
 	ack, err := o.Cloud.Delete(ctx, req)

@@ -196,3 +196,36 @@ func sameFigures(want, got goldenFigures) error {
 	}
 	return nil
 }
+
+// TestGoldenChecked replays the samples whose pools grow largest with the
+// full invariant check on every step, which also holds the state the
+// engine keeps between steps (the pressure report, the largest free space)
+// to a rebuild from every node, and compares every figure with the golden
+// ones: keeping that state must change nothing.
+func TestGoldenChecked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays four samples with the full check on every step")
+	}
+	data, err := os.ReadFile(goldenFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]goldenFigures{}
+	if err := json.Unmarshal(data, &want); err != nil {
+		t.Fatal(err)
+	}
+	for _, gc := range goldenCases {
+		switch gc.name {
+		case "philly-sample", "alibaba-dlrm2025", "google2011-tasks", "alibaba2017-batch":
+		default:
+			continue
+		}
+		t.Run(gc.name, func(t *testing.T) {
+			for pol, g := range goldenRun(t, gc, Options{Check: true}) {
+				if err := sameFigures(want[gc.name][pol], g); err != nil {
+					t.Errorf("%s: %v", pol, err)
+				}
+			}
+		})
+	}
+}

@@ -119,7 +119,7 @@ func (e *engine) stop(g int32) {
 	n.groups = n.groups[:last]
 	n.alloc = n.alloc.Sub(r.Scale(int64(gr.count)))
 	n.ninst -= int(gr.count)
-	n.stale = true
+	e.markStale(n)
 	if n.ninst == 0 {
 		n.idleSince = e.now
 		e.setIdle(n, true)
@@ -159,18 +159,54 @@ func (e *engine) ran(g *group) float64 {
 	return max(e.now.Sub(from).Seconds(), 0)
 }
 
+// markStale notes that what runs on n changed: its entry of the pressure
+// report is rebuilt at the next evaluation.
+func (e *engine) markStale(n *node) {
+	if !n.stale {
+		n.stale = true
+		e.repStale = append(e.repStale, n)
+	}
+}
+
 // reindex brings the node's entry of the placement index up to date: in
-// it with its free capacity while it takes work, out of it otherwise.
+// it with its free capacity while it takes work, out of it otherwise. It
+// keeps maxFree: a node's free space that grows raises it at once; one
+// that held a maximum and shrinks (or leaves the index) has it recomputed
+// by the next place.
 func (e *engine) reindex(n *node) {
 	if e.node(n.ordinal) != n || !n.schedulable() {
 		if n.indexed {
 			e.index.Remove(n.ordinal)
 			n.indexed = false
+			e.shrinkMax(n.ixFree, capacity.Resources{})
 		}
 		return
 	}
-	e.index.Set(n.ordinal, n.ordinal, n.capacity, n.capacity.Sub(n.alloc))
-	n.indexed = true
+	free := n.capacity.Sub(n.alloc)
+	if n.indexed {
+		e.shrinkMax(n.ixFree, free)
+	}
+	e.index.Set(n.ordinal, n.ordinal, n.capacity, free)
+	n.indexed, n.ixFree = true, free
+	if !e.maxDirty {
+		e.maxFree = maxFreeOf(e.maxFree, free)
+	}
+}
+
+// shrinkMax marks maxFree for recomputing when a node's free space went
+// from old to now below a maximum old held.
+func (e *engine) shrinkMax(old, now capacity.Resources) {
+	if old.MilliCPU == e.maxFree.MilliCPU && now.MilliCPU < old.MilliCPU ||
+		old.Memory == e.maxFree.Memory && now.Memory < old.Memory ||
+		old.GPUs == e.maxFree.GPUs && now.GPUs < old.GPUs {
+		e.maxDirty = true
+	}
+}
+
+// maxFreeOf returns the per-dimension maximum of a and b (CPU, memory and
+// GPUs; extended resources are not compared, as place never did).
+func maxFreeOf(a, b capacity.Resources) capacity.Resources {
+	return capacity.Resources{MilliCPU: max(a.MilliCPU, b.MilliCPU), Memory: max(a.Memory, b.Memory), GPUs: max(a.GPUs, b.GPUs)}
 }
 
 // join adds a machine's node to the scheduler.
@@ -190,7 +226,9 @@ func (e *engine) join(m *provider.Machine) {
 	}
 	e.nodes[ord] = n
 	e.byMachine[m.ID] = n
+	e.nodesMoved = true
 	e.unjoined++
+	e.joining = append(e.joining, n)
 	e.setIdle(n, true)
 	e.reindex(n)
 	e.changed, e.placeable = true, true
@@ -206,11 +244,15 @@ func (e *engine) leave(n *node, interrupted bool) {
 		return
 	}
 	delete(e.byMachine, n.machine)
+	if e.watched {
+		e.lookAgain = append(e.lookAgain, n.machine) // looked at again as a look at every machine would
+	}
 	if !n.ctlJoined {
 		e.unjoined--
 	}
 	if e.node(n.ordinal) == n {
 		e.nodes[n.ordinal] = nil
+		e.nodesMoved = true
 	}
 	e.reindex(n) // out of the index
 	e.setIdle(n, false)
@@ -338,15 +380,15 @@ func (e *engine) place() {
 	if e.index.Len() == 0 {
 		return
 	}
-	var maxFree capacity.Resources
-	for _, n := range e.nodes {
-		if n == nil || !n.schedulable() {
-			continue
+	if e.maxDirty {
+		e.maxFree, e.maxDirty = capacity.Resources{}, false
+		for _, n := range e.nodes {
+			if n != nil && n.indexed {
+				e.maxFree = maxFreeOf(e.maxFree, n.ixFree)
+			}
 		}
-		free := n.capacity.Sub(n.alloc)
-		maxFree = capacity.Resources{MilliCPU: max(maxFree.MilliCPU, free.MilliCPU), Memory: max(maxFree.Memory, free.Memory),
-			GPUs: max(maxFree.GPUs, free.GPUs)}
 	}
+	maxFree := e.maxFree
 	eligible := make([]bool, len(e.shapes))
 	any := false
 	for s := range e.shapes {
@@ -396,7 +438,15 @@ func (e *engine) begin(g int32, n *node, k int32) {
 	rg := &e.groups[run]
 	job := &e.w.Jobs[rg.job]
 	if !rg.ran && !job.Preexisting {
-		e.waits = append(e.waits, waitCount{sec: e.now.Sub(Origin.Add(job.Submit)).Seconds(), count: int64(k)})
+		// The parts of one group placed in one step wait alike: one entry
+		// for them all, so that the waits kept follow the groups placed,
+		// not the nodes they spread over.
+		sec := e.now.Sub(Origin.Add(job.Submit)).Seconds()
+		if n := len(e.waits); n > 0 && e.waits[n-1].sec == sec {
+			e.waits[n-1].count += int64(k)
+		} else {
+			e.waits = append(e.waits, waitCount{sec: sec, count: int64(k)})
+		}
 	}
 	r := e.shapes[rg.shape]
 	if n.ninst == 0 {
@@ -404,7 +454,7 @@ func (e *engine) begin(g int32, n *node, k int32) {
 	}
 	n.alloc = n.alloc.Add(r.Scale(int64(k)))
 	n.ninst += int(k)
-	n.stale = true
+	e.markStale(n)
 	rg.pos = int32(len(n.groups))
 	n.groups = append(n.groups, run)
 	e.runSeq++
@@ -430,32 +480,29 @@ func (e *engine) begin(g int32, n *node, k int32) {
 // grow with the instances.
 func (e *engine) pressure() capacity.Pressure {
 	p := &e.report
-	p.Nodes = p.Nodes[:0]
-	for _, n := range e.nodes {
-		if n == nil {
-			continue
-		}
-		if n.stale {
-			n.running = n.running[:0]
-			for _, g := range n.groups {
-				gr := &e.groups[g]
-				if !e.countsInstances {
-					// One entry for the group: the same sums (busy,
-					// allocated, free, GPUs used) at the cost of one.
-					n.running = append(n.running, capacity.Instance{Requests: e.shapes[gr.shape].Scale(int64(gr.count))})
-					continue
-				}
-				for range gr.count {
-					n.running = append(n.running, capacity.Instance{Requests: e.shapes[gr.shape]})
-				}
+	if e.nodesMoved {
+		// A node joined or left: the list by ordinal is rebuilt.
+		p.Nodes = p.Nodes[:0]
+		for _, n := range e.nodes {
+			if n == nil {
+				continue
 			}
-			n.stale = false
+			n.repPos = len(p.Nodes)
+			p.Nodes = append(p.Nodes, e.reportNode(n))
 		}
-		cn := capacity.Node{ID: n.machine, Ordinal: n.ordinal, Resources: n.capacity, Running: n.running}
-		if !n.busy() {
-			cn.IdleSince = n.idleSince
+		e.nodesMoved = false
+	} else {
+		// Only the entries of the nodes whose work changed.
+		for _, n := range e.repStale {
+			if e.node(n.ordinal) == n {
+				p.Nodes[n.repPos] = e.reportNode(n)
+			}
 		}
-		p.Nodes = append(p.Nodes, cn)
+	}
+	clear(e.repStale)
+	e.repStale = e.repStale[:0]
+	if e.opts.Check {
+		e.checkReport()
 	}
 	p.Pending = p.Pending[:0]
 	type head struct {
@@ -476,6 +523,58 @@ func (e *engine) pressure() capacity.Pressure {
 		p.Pending = append(p.Pending, capacity.Pending{Requests: e.shapes[h.s], Count: e.queues[h.s].n})
 	}
 	return *p
+}
+
+// checkReport verifies the kept report's nodes against a list built anew
+// from every node (Options.Check).
+func (e *engine) checkReport() {
+	i := 0
+	for _, n := range e.nodes {
+		if n == nil {
+			continue
+		}
+		if i >= len(e.report.Nodes) {
+			e.violation("the pressure report lists %d nodes, fewer than joined", len(e.report.Nodes))
+			return
+		}
+		want, got := e.reportNode(n), e.report.Nodes[i]
+		if got.ID != want.ID || got.Ordinal != want.Ordinal || !got.Resources.Equal(want.Resources) ||
+			!got.IdleSince.Equal(want.IdleSince) || !slices.EqualFunc(got.Running, want.Running, func(a, b capacity.Instance) bool {
+			return a.Requests.Equal(b.Requests) && a.Daemon == b.Daemon
+		}) {
+			e.violation("the pressure report's entry %d is %+v, node %d is %+v", i, got, n.ordinal, want)
+		}
+		i++
+	}
+	if i != len(e.report.Nodes) {
+		e.violation("the pressure report lists %d nodes, %d joined", len(e.report.Nodes), i)
+	}
+}
+
+// reportNode returns n's entry of the pressure report, rebuilding its list
+// of what runs when stale.
+func (e *engine) reportNode(n *node) capacity.Node {
+	if n.stale {
+		n.running = n.running[:0]
+		for _, g := range n.groups {
+			gr := &e.groups[g]
+			if !e.countsInstances {
+				// One entry for the group: the same sums (busy,
+				// allocated, free, GPUs used) at the cost of one.
+				n.running = append(n.running, capacity.Instance{Requests: e.shapes[gr.shape].Scale(int64(gr.count))})
+				continue
+			}
+			for range gr.count {
+				n.running = append(n.running, capacity.Instance{Requests: e.shapes[gr.shape]})
+			}
+		}
+		n.stale = false
+	}
+	cn := capacity.Node{ID: n.machine, Ordinal: n.ordinal, Resources: n.capacity, Running: n.running}
+	if !n.busy() {
+		cn.IdleSince = n.idleSince
+	}
+	return cn
 }
 
 // Cordon stops placement on a node (controller.Workload).
@@ -537,6 +636,17 @@ func (e *engine) check() error {
 		}
 	}
 	e.touched = e.touched[:0]
+	if e.opts.Check && !e.maxDirty {
+		var want capacity.Resources
+		for _, n := range e.nodes {
+			if n != nil && n.schedulable() {
+				want = maxFreeOf(want, n.capacity.Sub(n.alloc))
+			}
+		}
+		if !want.Equal(e.maxFree) {
+			e.violation("largest free space kept as %s, the nodes have %s", e.maxFree, want)
+		}
+	}
 	if e.opts.Check {
 		idle := 0
 		for _, n := range e.nodes {

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,5 +130,43 @@ func TestRunAllMatchesSequential(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// TestWatchedChangesMatchLookAll: looking only at the machines the cloud
+// noted a change of gives the same figures as looking at every machine in
+// flight each time, on spot capacity that interrupts and replaces nodes
+// (three seeds, every policy, the full check on every step).
+func TestWatchedChangesMatchLookAll(t *testing.T) {
+	// Transitions that take time, so that a change comes due at a step
+	// of its own.
+	spot := mustConfig(t, strings.Replace(spotPool, "{boot: 60s,", "{boot: 60s, configure: 5s, drain: 10s, delete: 30s,", 1))
+	if spot.Cloud.Configure.Median == 0 || spot.Cloud.Delete.Median == 0 {
+		t.Fatalf("latencies not set: %+v", spot.Cloud)
+	}
+	jobs := randomJobs(7, 60, 6*time.Hour)
+	for i := range jobs {
+		jobs[i].Replicas = 1 + i%5
+	}
+	w := jobsWorkload(t, spot, jobs)
+	interrupted := 0
+	for seed := uint64(1); seed <= 3; seed++ {
+		for _, pol := range policy.Names {
+			var figs [2]goldenFigures
+			for k, all := range []bool{false, true} {
+				r, err := Run(context.Background(), spot, w, Options{Policy: pol, Seed: seed, Check: true, lookAll: all})
+				if err != nil {
+					t.Fatalf("seed %d %s (look at all %t): %v", seed, pol, all, err)
+				}
+				figs[k] = figuresOf(r)
+			}
+			if err := sameFigures(figs[1], figs[0]); err != nil {
+				t.Errorf("seed %d %s: watched vs every machine: %v", seed, pol, err)
+			}
+			interrupted += figs[0].Interrupted
+		}
+	}
+	if interrupted == 0 {
+		t.Error("no instance was interrupted: the spot pool does not exercise reclaims")
 	}
 }

@@ -77,6 +77,12 @@ type node struct {
 	// report; rebuilt from groups when stale.
 	running []capacity.Instance
 	stale   bool
+	// repPos is the node's index in the pressure report's Nodes while the
+	// report's list of nodes is current (engine.nodesMoved unset).
+	repPos int
+	// ixFree is the free space last recorded in the placement index
+	// (meaningful while indexed).
+	ixFree capacity.Resources
 	// indexed: the node is in the placement index (joined, not cordoned).
 	indexed bool
 	// idlePos is the node's index in engine.idle, -1 when busy or gone.

@@ -55,6 +55,10 @@ type Cloud struct {
 	alive      int    // machines not gone, for the total quota
 	hosts      int    // host address counter
 	interrupts []*Interruption
+	// changed notes the ids of machines whose state, reclaim notice or
+	// existence changed, once WatchChanges was called (TakeChanges).
+	watch   bool
+	changed []string
 }
 
 var _ provider.Provider = (*Cloud)(nil)
@@ -334,9 +338,24 @@ func (c *Cloud) Get(ctx context.Context, id string) (provider.Machine, error) {
 	return m.Machine.Clone(), nil
 }
 
+// GetShared is Get for a caller that only reads what it gets: the
+// machine's labels and bootstrap data are the cloud's own, not copies. The
+// same API errors are injected as by Get.
+func (c *Cloud) GetShared(ctx context.Context, id string) (provider.Machine, error) {
+	if _, _, err := c.begin(ctx, false); err != nil {
+		return provider.Machine{}, fmt.Errorf("get machine %q: %w", id, err)
+	}
+	defer c.mu.Unlock()
+	m, ok := c.machines[id]
+	if !ok {
+		return provider.Machine{}, fmt.Errorf("get machine %q: %w", id, provider.NewNotFound(id))
+	}
+	return m.Machine, nil
+}
+
 // List returns the machines passing f, sorted by id; see provider.Provider.
 func (c *Cloud) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
-	return c.list(ctx, f, true)
+	return c.list(ctx, f, true, nil)
 }
 
 // resort adds m to (or removes it from) the sorted lists List keeps.
@@ -365,10 +384,17 @@ func (c *Cloud) resort(m *machine, add bool) {
 // that a simulation listing thousands of machines per reconcile tick does
 // not copy them each time. The same API errors are injected as by List.
 func (c *Cloud) ListShared(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
-	return c.list(ctx, f, false)
+	return c.list(ctx, f, false, nil)
 }
 
-func (c *Cloud) list(ctx context.Context, f provider.Filter, clone bool) ([]provider.Machine, error) {
+// ListSharedInto is ListShared appending to dst[:0], so that a caller that
+// lists every tick can reuse the slice of an earlier list it no longer
+// reads.
+func (c *Cloud) ListSharedInto(ctx context.Context, f provider.Filter, dst []provider.Machine) ([]provider.Machine, error) {
+	return c.list(ctx, f, false, dst)
+}
+
+func (c *Cloud) list(ctx context.Context, f provider.Filter, clone bool, dst []provider.Machine) ([]provider.Machine, error) {
 	if _, _, err := c.begin(ctx, false); err != nil {
 		return nil, fmt.Errorf("list machines: %w", err)
 	}
@@ -385,7 +411,10 @@ func (c *Cloud) list(ctx context.Context, f provider.Filter, clone bool) ([]prov
 		}
 		c.sorted[f.Pool] = src
 	}
-	out := make([]provider.Machine, 0, len(src))
+	out := dst[:0]
+	if cap(out) < len(src) {
+		out = make([]provider.Machine, 0, len(src))
+	}
 	for _, m := range src {
 		if f.Matches(&m.Machine) {
 			if clone {
@@ -412,6 +441,7 @@ func (c *Cloud) startTransition(now time.Time, m *machine, state provider.State,
 }
 
 func (c *Cloud) setState(now time.Time, m *machine, s provider.State) {
+	c.note(m)
 	m.State = s
 	m.UpdatedAt = now
 	m.gen++
@@ -436,6 +466,7 @@ func (c *Cloud) stale(ev event) bool {
 	case evDone, evTimeout:
 		return m.gen != ev.gen
 	case evNotice:
+		c.note(m)
 		return !m.reclaim.Equal(ev.reclaim)
 	default:
 		return !m.reclaim.Equal(ev.at)
@@ -467,6 +498,7 @@ func (c *Cloud) apply(ev event) {
 		m.Reason = fmt.Sprintf("%s did not finish within %s", m.State, ev.at.Sub(m.UpdatedAt))
 		c.setState(ev.at, m, provider.Failed)
 	case evNotice:
+		c.note(m)
 		m.ReclaimAt = m.reclaim
 		m.intr = &Interruption{MachineID: m.ID, Pool: m.Pool, Offering: m.Offering, NoticeAt: ev.at, ReclaimAt: m.reclaim}
 		c.interrupts = append(c.interrupts, m.intr)
@@ -506,6 +538,7 @@ func (c *Cloud) interruptAt(now time.Time, m *machine, reclaim time.Time) {
 
 // remove makes m disappear at now: billing stops and its id is retired.
 func (c *Cloud) remove(now time.Time, m *machine, why string) {
+	c.note(m)
 	delete(c.machines, m.ID)
 	delete(c.pools[m.Pool], m.ID)
 	c.resort(m, false)
@@ -518,6 +551,13 @@ func (c *Cloud) remove(now time.Time, m *machine, why string) {
 	m.gen++
 	if r := c.ledger[m.ID]; r != nil {
 		r.End, r.Ended = now, why
+	}
+}
+
+// note records a change of m for TakeChanges.
+func (c *Cloud) note(m *machine) {
+	if c.watch {
+		c.changed = append(c.changed, m.ID)
 	}
 }
 

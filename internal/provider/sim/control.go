@@ -131,6 +131,37 @@ func (c *Cloud) Provisions(id string) int {
 	return 0
 }
 
+// WatchChanges makes the cloud note, from now on, the id of every machine
+// that is created, changes state, gets a reclaim notice or disappears, for
+// TakeChanges: a caller watching machines with Get can then look at those
+// that changed only.
+func (c *Cloud) WatchChanges() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watch = true
+}
+
+// TakeChanges applies the events due by the clock's now and returns the
+// ids noted since the last TakeChanges or ResetChanges, in order (an id
+// changed twice is there twice), appended to dst[:0]. A machine whose id
+// is not among them would be returned by Get as it was the last time.
+func (c *Cloud) TakeChanges(dst []string) []string {
+	c.lock()
+	defer c.mu.Unlock()
+	dst = append(dst[:0], c.changed...)
+	clear(c.changed)
+	c.changed = c.changed[:0]
+	return dst
+}
+
+// ResetChanges forgets the ids noted so far, without applying events.
+func (c *Cloud) ResetChanges() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.changed)
+	c.changed = c.changed[:0]
+}
+
 // NextEvent returns when the next pending event (a transition finishing or
 // timing out, a notice, a reclaim) is due, and false when none is pending. A
 // discrete-event simulator advances its clock straight to it.
