@@ -17,12 +17,9 @@
 //     else is placed there until it fits, so a large instance is never
 //     starved. Reservations are recomputed each call from the same inputs,
 //     so they need no state between calls.
-//   - Placement keeps GPU workers for GPU work, prefers a worker that runs
-//     something to an empty one (empty nodes stay empty for the autoscaler
-//     to reclaim), then one whose free CPU and memory point the way the
-//     request does (so that memory-heavy work fills what CPU-heavy work
-//     leaves, and the other way round), then best fit (the least free
-//     room); see score.go.
+//   - Placement is best-fit (the feasible worker left with the least free
+//     room), keeping GPU workers for GPU work, so empty nodes stay empty
+//     for the autoscaler to reclaim.
 package scheduler
 
 import (
@@ -113,10 +110,6 @@ type node struct {
 	reserved  int // index into pending, or -1
 	running   []capacity.Instance
 	placeable bool
-	empty     bool  // nothing holds any of its CPU, memory or GPUs
-	dir       int8  // direction of free CPU and memory (score.go)
-	room      int64 // room(free)
-	ordinal   int
 }
 
 // Place decides placements for pending (in FIFO order) given the workers
@@ -141,8 +134,6 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 		n.freeExcl = g
 		n.reserved = -1
 		n.placeable = w.Schedulable && !w.Cordoned
-		n.ordinal = w.Ordinal
-		n.setScore()
 		byName[w.Name] = i
 		byPool[w.Pool] = append(byPool[w.Pool], i)
 	}
@@ -173,7 +164,6 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 			}
 		}
 		cands, why := candidates(p, nodes, byName, byPool)
-		ranks := directionRanks(p.Requests)
 		best, bestScore := -1, score{}
 		for _, ni := range cands {
 			n := &nodes[ni]
@@ -183,7 +173,7 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 			if ok, _ := n.fits(p); !ok {
 				continue
 			}
-			sc := n.score(p, &ranks)
+			sc := n.score(p)
 			if best < 0 || sc.less(bestScore) {
 				best, bestScore = ni, sc
 			}
@@ -414,25 +404,14 @@ func (n *node) take(p *Instance, gpus []int) {
 		}
 	}
 	n.running = append(n.running, capacity.Instance{Requests: req, Daemon: p.Daemon})
-	n.setScore()
 }
 
-// setScore updates what score reads from n's free capacity.
-func (n *node) setScore() {
-	n.empty = n.free.MilliCPU == n.w.Capacity.MilliCPU && n.free.Memory == n.w.Capacity.Memory && n.freeExcl == len(n.excl)
-	n.dir, n.room = direction(n.free.MilliCPU, n.free.Memory), room(n.free)
-}
-
-// score orders feasible workers: lower is better. GPUs first (GPU workers
-// are kept for GPU work, and the fewest free GPUs left), then a worker that
-// runs something before an empty one, then the direction of its free CPU
-// and memory against the request's, then the least free room (score.go).
+// score orders feasible workers: lower is better.
 type score struct {
-	gpuWaste int // free GPUs a GPU-less instance would sit beside
-	freeGPU  int // exclusive-free GPUs left after placement
-	empty    bool
-	dirRank  int8  // rank of the free vector's direction for the request
-	room     int64 // free CPU and memory, weighted (room)
+	gpuWaste int   // free GPUs a GPU-less instance would sit beside
+	freeGPU  int   // exclusive-free GPUs left after placement
+	freeCPU  int64 // millicores left
+	freeMem  int64
 	ordinal  int
 }
 
@@ -443,21 +422,17 @@ func (a score) less(b score) bool {
 	if a.freeGPU != b.freeGPU {
 		return a.freeGPU < b.freeGPU
 	}
-	if a.empty != b.empty {
-		return !a.empty
+	if a.freeCPU != b.freeCPU {
+		return a.freeCPU < b.freeCPU
 	}
-	if a.dirRank != b.dirRank {
-		return a.dirRank < b.dirRank
-	}
-	if a.room != b.room {
-		return a.room < b.room
+	if a.freeMem != b.freeMem {
+		return a.freeMem < b.freeMem
 	}
 	return a.ordinal < b.ordinal
 }
 
-// score is n's score for p; ranks are directionRanks of p's request.
-func (n *node) score(p *Instance, ranks *[scoreDirections]int8) score {
-	s := score{ordinal: n.ordinal}
+func (n *node) score(p *Instance) score {
+	s := score{ordinal: n.w.Ordinal}
 	need := n.gpuNeed(p)
 	if need == 0 {
 		s.gpuWaste = n.freeExcl
@@ -466,9 +441,8 @@ func (n *node) score(p *Instance, ranks *[scoreDirections]int8) score {
 	if p.Exclusive {
 		s.freeGPU -= need
 	}
-	s.empty = n.empty
-	s.dirRank = ranks[n.dir]
-	s.room = n.room
+	s.freeCPU = n.free.MilliCPU - p.Requests.MilliCPU
+	s.freeMem = n.free.Memory - p.Requests.Memory
 	return s
 }
 

@@ -177,23 +177,6 @@ func TestPlace(t *testing.T) {
 			want:    []string{"a@half", "g@gpu[0]"},
 		},
 		{
-			// m1 runs CPU-heavy work (memory is what it has left), m2
-			// memory-heavy work (CPU is). Ranking by free CPU alone put
-			// the memory-heavy request on m2, stranding m1's memory.
-			name:    "memory-heavy work goes where CPU-heavy work left memory, and the other way round",
-			workers: []Worker{wk("m1", 32, 128, 0), wk("m2", 32, 128, 0)},
-			placed:  []Instance{placedOn("m1", inst("r1", 16, 4, 0)), placedOn("m2", inst("r2", 20, 100, 0))},
-			pending: []Instance{inst("mem", 2, 20, 0), inst("cpu", 8, 2, 0)},
-			want:    []string{"cpu@m2", "mem@m1"},
-		},
-		{
-			name:    "a busy worker before an empty one, even a looser fit",
-			workers: []Worker{wk("empty", 8, 32, 0), wk("busy", 32, 128, 0)},
-			placed:  []Instance{placedOn("busy", inst("r", 2, 8, 0))},
-			pending: []Instance{inst("a", 2, 8, 0)},
-			want:    []string{"a@busy"},
-		},
-		{
 			name: "pools are separate",
 			workers: []Worker{
 				with2(wk("c", 8, 8, 0), func(w *Worker) { w.Pool = "cpu" }),
