@@ -142,13 +142,11 @@ func (s *Store) insertChunk(ctx context.Context, recs []*store.Instance) error {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.kInstance(in.ID)), "=", 0))
 		}
 	}
-	c, cancel := s.ctx(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(c).If(cmps...).Then(ops...).Commit()
+	resp, err := s.commitInsert(ctx, recs[0].ID, cmps, ops)
 	if err != nil {
 		return fmt.Errorf("insert instances: %w", unavailable(err))
 	}
-	if resp.Succeeded {
+	if resp == nil || resp.Succeeded {
 		return nil
 	}
 	// Say which name (or id) was taken.
@@ -172,6 +170,33 @@ func (s *Store) insertChunk(ctx context.Context, recs []*store.Instance) error {
 		}
 	}
 	return fmt.Errorf("insert instances: %w", store.ErrConflict)
+}
+
+// commitInsert commits an insert within the store's request timeout,
+// trying again once when the first half of it passes without an answer (a
+// member killed under the client's connection, or a leader election, drops
+// the request; the retry goes to the cluster as it is then). The ids are
+// new, so the first record's key says whether the try that did not answer
+// was applied (the transaction is all or none). It returns nil, nil when
+// that earlier try was. Without quorum it fails after the timeout, as every
+// other request does.
+func (s *Store) commitInsert(ctx context.Context, firstID string, cmps []clientv3.Cmp, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
+	budget, cancel := s.ctx(ctx)
+	defer cancel()
+	first, cancelFirst := context.WithTimeout(budget, s.timeout/2)
+	resp, err := s.cli.Txn(first).If(cmps...).Then(ops...).Commit()
+	cancelFirst()
+	if err == nil || budget.Err() != nil {
+		return resp, err
+	}
+	got, gerr := s.cli.Get(budget, s.kInstance(firstID), clientv3.WithCountOnly())
+	if gerr != nil {
+		return nil, err
+	}
+	if got.Count > 0 {
+		return nil, nil
+	}
+	return s.cli.Txn(budget).If(cmps...).Then(ops...).Commit()
 }
 
 // GetInstance returns the instance with the given id, or store.ErrNotFound.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
@@ -88,6 +89,10 @@ func TestBatchUnderICE(t *testing.T) {
 	p, _ := newProvider(t, func(c *awsprov.Config) { c.Endpoint = fp.URL })
 	ctx := context.Background()
 	fp.InsufficientCapacity("m5.large", true)
+	// The injected answer is immediate: held for a while, the Creates of the
+	// burst arrive while the first call is in flight, as against a real
+	// cloud, instead of each finishing before the next starts.
+	fp.Delay("CreateFleet", 500*time.Millisecond)
 	const n = 8
 	var wg sync.WaitGroup
 	for i := range n {

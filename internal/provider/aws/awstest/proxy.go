@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // FaultProxy is an HTTP reverse proxy on loopback in front of the emulator
@@ -28,6 +29,8 @@ type FaultProxy struct {
 	ice map[string]bool // instance types out of capacity
 	// throttle: action → calls left to throttle
 	throttle map[string]int
+	// delay: action → how long the proxy holds each call before answering
+	delay map[string]time.Duration
 	// counts: action → calls seen; injected: kind → faults injected
 	counts   map[string]int
 	injected map[string]int
@@ -47,7 +50,7 @@ func NewFaultProxy(tb testing.TB, target string) *FaultProxy {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &FaultProxy{URL: "http://" + l.Addr().String(), ice: map[string]bool{}, throttle: map[string]int{},
+	p := &FaultProxy{URL: "http://" + l.Addr().String(), ice: map[string]bool{}, throttle: map[string]int{}, delay: map[string]time.Duration{},
 		counts: map[string]int{}, injected: map[string]int{}, last: map[string]url.Values{}, forms: map[string][]url.Values{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	p.srv = &http.Server{Handler: p.handler(rp)}
@@ -70,6 +73,15 @@ func (p *FaultProxy) Throttle(action string, n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.throttle[action] = n
+}
+
+// Delay makes the proxy hold every call of the action for d before it
+// answers (0 lifts it): calls made meanwhile overlap it, as they do when
+// the cloud is slow.
+func (p *FaultProxy) Delay(action string, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay[action] = d
 }
 
 // Calls returns how many calls of the action reached the proxy.
@@ -140,7 +152,14 @@ func (p *FaultProxy) handler(next http.Handler) http.Handler {
 				p.injected["ice"]++
 			}
 		}
+		hold := p.delay[action]
 		p.mu.Unlock()
+		if hold > 0 {
+			select {
+			case <-time.After(hold):
+			case <-r.Context().Done():
+			}
+		}
 		switch {
 		case throttled:
 			w.Header().Set("Content-Type", "text/xml")
