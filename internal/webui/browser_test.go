@@ -39,6 +39,13 @@ func chromiumPath(t *testing.T) string {
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	bin := chromiumPath(t)
+	// The profile is removed here, not by t.TempDir: Chromium's helper
+	// processes may still write to it for a moment after the browser exits,
+	// which made TempDir's cleanup fail the test ("directory not empty").
+	profile, err := os.MkdirTemp("", "tide-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(bin),
 		chromedp.Headless,
@@ -46,7 +53,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.DisableGPU,
 		chromedp.NoFirstRun,
 		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
@@ -67,7 +74,17 @@ func browser(t *testing.T) context.Context {
 		}
 	}
 	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(quiet), chromedp.WithLogf(quiet))
-	t.Cleanup(func() { cancel(); cancelAlloc() })
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		for range 50 { // bounded: 5 s
+			if err := os.RemoveAll(profile); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("chromium profile %s left behind", profile)
+	})
 	if err := chromedp.Run(ctx); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
