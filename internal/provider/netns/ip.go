@@ -30,8 +30,10 @@ func (p *Provider) ip(args ...string) (string, error) {
 // there" as success.
 func (p *Provider) ipGone(args ...string) error {
 	_, err := p.ip(args...)
-	if err != nil && (strings.Contains(err.Error(), "Cannot find device") || strings.Contains(err.Error(), "No such file") ||
-		strings.Contains(err.Error(), "does not exist")) {
+	// "No such device": the link went between ip's lookup and its delete
+	// (a veth's host end goes with its namespace, asynchronously).
+	if err != nil && (strings.Contains(err.Error(), "Cannot find device") || strings.Contains(err.Error(), "No such device") ||
+		strings.Contains(err.Error(), "No such file") || strings.Contains(err.Error(), "does not exist")) {
 		return nil
 	}
 	return err
