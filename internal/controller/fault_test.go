@@ -98,6 +98,13 @@ func hasEvent(reason string) func(e *env) bool {
 	return func(e *env) bool { return len(e.events.find(reason)) > 0 }
 }
 
+// slowBoots reports whether boots outlasted a tick: a launch timed out, or
+// a scale-down cancelled a machine that had not joined yet (a churn
+// cancels booting machines before their launch timeout).
+func slowBoots(e *env) bool {
+	return hasEvent(controller.ReasonLaunchTimeout)(e) || len(e.events.find(controller.ReasonDrained, "has no cluster binding")) > 0
+}
+
 // transientErrors reports whether the cloud answered some call with an
 // injected error.
 func transientErrors(e *env) bool {
@@ -114,8 +121,8 @@ var faults = []fault{
 	{name: "partial fulfilment", apply: stock(2), clear: stock(0), struck: hasEvent(reconcile.NoteProvisionShort)},
 	{name: "quota exhaustion", apply: quota(3), clear: quota(0), struck: hasEvent(controller.ReasonQuotaExceeded)},
 	{name: "slow boots", apply: boot(8 * time.Minute), clear: boot(40 * time.Second), aftermath: timeout,
-		struck: hasEvent(controller.ReasonLaunchTimeout)},
-	{name: "hung boots", apply: hang(1), clear: hang(0), aftermath: timeout, struck: hasEvent(controller.ReasonLaunchTimeout)},
+		struck: slowBoots},
+	{name: "hung boots", apply: hang(1), clear: hang(0), aftermath: timeout, struck: slowBoots},
 	{name: "spot interruptions", apply: interruptAll, clear: nothing, struck: hasEvent(controller.ReasonInterrupted)},
 	{name: "everything at once", apply: all(apiErrors(0.3), stock(3), quota(5), boot(8*time.Minute), interruptAll),
 		clear: all(apiErrors(0), stock(0), quota(0), boot(40*time.Second)), aftermath: timeout, struck: transientErrors},

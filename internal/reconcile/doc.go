@@ -20,7 +20,8 @@
 //	current    joined nodes (draining ones included)
 //	pending    provisioned, not yet joined
 //	in flight  the ids of the one outstanding Provision
-//	draining   nodes told to Drain, awaiting DrainComplete (within current)
+//	draining   nodes told to Drain, awaiting DrainComplete: joined ones, and
+//	           booting ones a scale-down cancelled
 //	busy       joined nodes running non-daemon work
 //	marks      deletion marks with their times (ScaleDownDelay > 0)
 //
@@ -56,9 +57,15 @@
 //	        |      | desired rose a little: AbortDrain some
 //	        +------+
 //
-// watching -> draining when current - draining > desired and no provision call
-// is in flight: at once (ScaleDownDelay = 0), or when deletion marks come due
-// (ScaleDownDelay > 0; marks are set and removed while watching).
+// watching -> draining when the joined and booting nodes kept exceed desired
+// and no provision call is in flight. With ScaleDownDelay = 0 the excess goes
+// at once, booting nodes first (highest id first): a booting node is
+// cancelled with a Drain, so the driver stops dispatch to it and waits for it
+// to be empty like any other, and the excess ends before it joins instead of
+// a tick or more after; joined idle nodes then drain down to desired. With
+// ScaleDownDelay > 0 joined nodes are drained when their deletion marks come
+// due (marks are set and removed while watching); booting nodes are not
+// cancelled.
 //
 // Every event, not only Tick, re-runs the reconcile: abort drains that are no
 // longer needed, scale down, scale up. A Tick additionally ends the backoff
@@ -79,12 +86,16 @@
 //     becomes busy gets AbortDrain. The protected first node (node 0, with
 //     ProtectFirstNode) is never drained or marked. Scale-down never takes the
 //     joined, non-draining nodes below desired, and desired is never below min:
-//     while any node drains, current − draining ≥ desired ≥ min.
+//     while any joined node drains, current − draining ≥ desired ≥ min; while
+//     a booting node is cancelled, the joined and booting nodes kept are ≥
+//     desired.
 //   - Terminate follows a DrainComplete of a node this pool drained (and did
 //     not un-drain), or a NodeLost of the node; nothing else terminates.
 //   - Drains are abortable: when desired rises above the joined nodes kept,
-//     just enough drains are aborted (lowest ids first, since victims go
-//     highest id first), and provisioning starts only once none are left.
+//     just enough drains of joined nodes are aborted (lowest ids first, since
+//     victims go highest id first); then cancelled booting nodes are put back
+//     while the joined and booting nodes kept fall short; provisioning starts
+//     only once none are left.
 //   - Drain and provisioning never overlap, and scale-down waits while a
 //     provision call is in flight.
 //   - Deletion marks (seed 001): one planner action (deletion.Next) per step;

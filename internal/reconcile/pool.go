@@ -77,7 +77,7 @@ type Pool struct {
 
 	current  idSet // joined nodes, draining ones included
 	pending  idSet // provisioned, not yet joined
-	draining idSet // subset of current
+	draining idSet // subset of current and pending: a draining pending node is a cancelled launch
 	busy     idSet // subset of current: nodes running non-daemon work
 	marks    map[NodeID]time.Time
 
@@ -160,7 +160,7 @@ func (p *Pool) note(code, msg string)     { p.emit(Note{Code: code, Message: msg
 func (p *Pool) protected(id NodeID) bool  { return p.cfg.ProtectFirstNode && id == 0 }
 func (p *Pool) known(id NodeID) bool      { return p.current.has(id) || p.pending.has(id) || p.inCall(id) }
 func (p *Pool) inCall(id NodeID) bool     { return p.call != nil && p.call.open.has(id) }
-func (p *Pool) kept() int                 { return len(p.current) - len(p.draining) }
+func (p *Pool) kept() int                 { return len(p.current) - p.drainingJoined() }
 func (p *Pool) clamp(n int) int           { return p.cfg.Nodes.Clamp(n) }
 func (p *Pool) boundsText() string        { return p.cfg.Nodes.String() }
 func (p *Pool) nodeText(id NodeID) string { return "node " + strconv.Itoa(int(id)) }
@@ -338,6 +338,7 @@ func (p *Pool) onLost(id NodeID) {
 		p.note(NoteNodeLost, fmt.Sprintf("%s lost%s: terminating its machine", p.nodeText(id), was))
 	case p.pending.has(id):
 		p.pending.del(id)
+		p.draining.del(id)
 		p.note(NoteNodeLost, fmt.Sprintf("%s lost while booting: terminating its machine", p.nodeText(id)))
 	case p.inCall(id):
 		p.call.open.del(id)
@@ -349,9 +350,10 @@ func (p *Pool) onLost(id NodeID) {
 	p.emit(Terminate{ID: id})
 }
 
-// forget removes a joined node from every set.
+// forget removes a joined node, or a cancelled booting one, from every set.
 func (p *Pool) forget(id NodeID) {
 	p.current.del(id)
+	p.pending.del(id)
 	p.draining.del(id)
 	p.busy.del(id)
 	delete(p.marks, id)
@@ -423,13 +425,18 @@ func (p *Pool) onAdopt(ev Adopt) {
 // reconcile brings the pool toward its desired size. It runs after every
 // event, in three stages that never contradict each other:
 //
-//  1. abort drains while fewer than desired joined nodes would remain;
-//  2. scale down: drain excess nodes, or plan deletion marks;
+//  1. abort drains while fewer than desired joined nodes would remain
+//     (then cancelled launches, while fewer than desired joined and
+//     booting nodes would remain);
+//  2. scale down: cancel excess booting nodes and drain excess joined
+//     ones, or plan deletion marks;
 //  3. scale up: provision the shortfall when no call is in flight.
 //
-// After stage 1, a node still draining implies current - draining ≥ desired,
-// so stage 3 never provisions while a drain runs. Stage 2 waits while a
-// provision call is in flight (its result may change the excess).
+// After stage 1, a joined node still draining implies current − draining ≥
+// desired, and a booting one still draining implies joined and booting nodes
+// kept ≥ desired, so stage 3 never provisions while a drain runs. Stage 2
+// waits while a provision call is in flight (its result may change the
+// excess).
 func (p *Pool) reconcile() {
 	p.abortDrains()
 	if p.cfg.ScaleDownDelay > 0 {
@@ -440,24 +447,65 @@ func (p *Pool) reconcile() {
 	p.scaleUp()
 }
 
-func (p *Pool) abortDrains() {
-	short := p.desired - p.kept()
-	if short <= 0 || len(p.draining) == 0 {
-		return
+// drainingJoined counts the draining nodes that have joined.
+func (p *Pool) drainingJoined() int {
+	n := 0
+	for id := range p.draining {
+		if p.current.has(id) {
+			n++
+		}
 	}
-	// Victims were taken highest id first; give back the lowest first.
-	ids := p.draining.sorted()
-	ids = ids[:min(short, len(ids))]
-	for _, id := range ids {
-		p.draining.del(id)
-		p.emit(AbortDrain{ID: id})
-	}
-	p.note(NoteDrainAborted, fmt.Sprintf("desired %d is above the %s kept: drain of %s aborted", p.desired, count(p.kept()-len(ids), "joined node"), p.nodesText(ids)))
+	return n
 }
 
-// planDrains is the immediate scale-down mode: drain the excess at once.
+// pendingKept counts the booting nodes that are not cancelled.
+func (p *Pool) pendingKept() int { return len(p.pending) - (len(p.draining) - p.drainingJoined()) }
+
+func (p *Pool) abortDrains() {
+	if len(p.draining) == 0 {
+		return
+	}
+	// Joined nodes first: victims were taken highest id first, so give
+	// back the lowest first. Then cancelled launches, once the joined nodes
+	// kept and the booting ones still fall short.
+	var joined, booting []NodeID
+	for _, id := range p.draining.sorted() {
+		if p.current.has(id) {
+			joined = append(joined, id)
+		} else {
+			booting = append(booting, id)
+		}
+	}
+	if short := p.desired - p.kept(); short > 0 && len(joined) > 0 {
+		ids := joined[:min(short, len(joined))]
+		for _, id := range ids {
+			p.draining.del(id)
+			p.emit(AbortDrain{ID: id})
+		}
+		p.note(NoteDrainAborted, fmt.Sprintf("desired %d is above the %s kept: drain of %s aborted", p.desired, count(p.kept()-len(ids), "joined node"), p.nodesText(ids)))
+	}
+	if short := p.desired - p.kept() - p.pendingKept(); short > 0 && len(booting) > 0 {
+		ids := booting[:min(short, len(booting))]
+		for _, id := range ids {
+			p.draining.del(id)
+			p.emit(AbortDrain{ID: id})
+		}
+		p.note(NoteDrainAborted, fmt.Sprintf("desired %d is above the %s and %s kept: cancel of booting %s aborted", p.desired,
+			count(p.kept(), "joined node"), count(p.pendingKept()-len(ids), "booting node"), p.nodesText(ids)))
+	}
+}
+
+// planDrains is the immediate scale-down mode: remove the excess at once.
+// Booting nodes go first: a node that has not joined has no work placed by
+// this pool, and cancelling it ends the excess before it joins, where
+// draining a joined node instead would leave the booting one to join as one
+// too many, and be drained a tick or more later. A booting node is
+// cancelled with a Drain like any other (the driver stops dispatch to it,
+// waits for it to be empty, unbinds it), so work that reached it early is
+// never killed. Joined nodes are drained only down to desired.
 func (p *Pool) planDrains() {
-	excess := p.kept() - p.desired
+	kept, booting := p.kept(), p.pendingKept()
+	excess := kept + booting - p.desired
 	if excess <= 0 {
 		p.setBlocked("")
 		return
@@ -466,8 +514,24 @@ func (p *Pool) planDrains() {
 		return
 	}
 	var victims, skipped []NodeID
+	if booting > 0 {
+		for id := range p.pending.descending() {
+			if len(victims) == excess {
+				break
+			}
+			switch {
+			case p.draining.has(id):
+			case p.protected(id):
+				skipped = append(skipped, id)
+			default:
+				victims = append(victims, id)
+			}
+		}
+	}
+	cancelled := len(victims)
+	joinedExcess := min(excess-cancelled, kept-p.desired)
 	for id := range p.current.descending() {
-		if len(victims) == excess {
+		if len(victims)-cancelled >= joinedExcess {
 			break
 		}
 		switch {

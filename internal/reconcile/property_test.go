@@ -75,7 +75,8 @@ func TestPropertyCheckerCatchesViolations(t *testing.T) {
 			w.p.draining.add(2) // the world never drained node 2
 		}, DrainComplete{ID: 2}, "terminate without DrainComplete"},
 		{"sets disagree", func(w *world) {
-			w.p.pending.add(7)
+			w.p.pending.add(7) // and counts it, so it is no excess to cancel
+			w.p.desired = 5
 		}, Tick{}, "pool pending"},
 	}
 	for _, tt := range tests {
@@ -350,8 +351,8 @@ func (w *world) apply(a Action, ev Event) error {
 	case Drain:
 		m, ok := w.m[a.ID]
 		switch {
-		case !ok || !m.joined:
-			return errors.New("drain of a node that has not joined")
+		case !ok:
+			return errors.New("drain of a node that does not exist")
 		case m.busy:
 			return errors.New("drain of a busy node")
 		case m.draining:
@@ -424,8 +425,19 @@ func (w *world) check() error {
 		if w.call != nil {
 			return errors.New("draining while a provision call is in flight")
 		}
-		if kept := len(p.Current()) - n; kept < p.Desired() || kept < spec.Min {
-			return fmt.Errorf("draining takes the pool to %d joined nodes, below desired %d / min %d", kept, p.Desired(), spec.Min)
+		joined := w.ids(func(m *machine) bool { return m.joined && !m.draining })
+		booting := w.ids(func(m *machine) bool { return !m.joined && !m.draining })
+		if len(w.ids(func(m *machine) bool { return m.joined && m.draining })) > 0 {
+			if kept := len(joined); kept < p.Desired() || kept < spec.Min {
+				return fmt.Errorf("draining takes the pool to %d joined nodes, below desired %d / min %d", kept, p.Desired(), spec.Min)
+			}
+		}
+		// A booting node is cancelled (drained) only while the joined and
+		// booting nodes kept still make desired.
+		if len(w.ids(func(m *machine) bool { return !m.joined && m.draining })) > 0 {
+			if kept := len(joined) + len(booting); kept < p.Desired() || kept < spec.Min {
+				return fmt.Errorf("cancelling booting nodes takes the pool to %d joined and booting nodes, below desired %d / min %d", kept, p.Desired(), spec.Min)
+			}
 		}
 	}
 	wantState := Watching

@@ -22,7 +22,8 @@ type View struct {
 	Current []NodeID
 	// Pending are the provisioned nodes that have not joined.
 	Pending []NodeID
-	// Draining are the joined nodes told to drain.
+	// Draining are the nodes told to drain: joined ones, and booting ones
+	// cancelled by a scale-down.
 	Draining []NodeID
 	// Busy are the joined nodes running non-daemon work.
 	Busy []NodeID
@@ -39,8 +40,8 @@ type View struct {
 }
 
 // Restore returns a pool of cfg in the state v states. It checks that v is
-// one the reconciler can be in (desired within bounds, draining, busy and
-// marked nodes joined, no id in two of current, pending and in flight);
+// one the reconciler can be in (desired within bounds, draining nodes joined
+// or booting, busy and marked nodes joined, no id in two of current, pending and in flight);
 // errors name the field.
 func Restore(cfg Config, v View) (*Pool, error) {
 	p, err := New(cfg)
@@ -76,8 +77,8 @@ func Restore(cfg Config, v View) (*Pool, error) {
 		}
 	}
 	for _, id := range v.Draining {
-		if !p.current.has(id) {
-			bad("draining", "node %d has not joined", id)
+		if !p.current.has(id) && !p.pending.has(id) {
+			bad("draining", "node %d is neither joined nor booting", id)
 		}
 		if p.busy.has(id) {
 			bad("draining", "node %d runs work: a draining node that becomes busy is no longer draining", id)

@@ -66,7 +66,7 @@ func TestRestoreRefusesImpossibleViews(t *testing.T) {
 		{View{Desired: 1, Current: []NodeID{-1}}, "current: node id -1 is negative"},
 		{View{Desired: 1, Current: []NodeID{1, 1}}, "current: node 1 is listed twice"},
 		{View{Desired: 1, Current: []NodeID{1}, Pending: []NodeID{1}}, "pending: node 1 is also joined"},
-		{View{Desired: 1, Draining: []NodeID{2}}, "draining: node 2 has not joined"},
+		{View{Desired: 1, Draining: []NodeID{2}}, "draining: node 2 is neither joined nor booting"},
 		{View{Desired: 1, Current: []NodeID{2}, Draining: []NodeID{2}, Busy: []NodeID{2}}, "draining: node 2 runs work"},
 		{View{Desired: 1, Busy: []NodeID{3}}, "busy: node 3 has not joined"},
 		{View{Desired: 1, Marks: map[NodeID]time.Time{3: at}}, "marks: node 3 has not joined"},
