@@ -45,6 +45,13 @@ var _ Clock = Real{}
 // Now returns time.Now().
 func (Real) Now() time.Time { return time.Now() }
 
+// processStart anchors Real.Elapsed.
+var processStart = time.Now()
+
+// Elapsed returns the time since the process started, on the monotonic
+// clock: a step of the wall clock does not change it.
+func (Real) Elapsed() time.Duration { return time.Since(processStart) }
+
 // NewTimer wraps time.NewTimer.
 func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
 

@@ -421,11 +421,13 @@ func (h *Head) Heartbeat(ctx context.Context, worker string, req *api.HeartbeatR
 			Status: store.ReportStatus(r.Status), Port: r.Port, ExitCode: r.ExitCode,
 			FailureReason: truncate(r.FailureReason, maxFailureReason)})
 	}
+	at := h.clk.Now()
 	res, err := h.st.ApplyHeartbeat(ctx, store.HeartbeatInput{WorkerID: worker, BootID: req.BootID, SeenGen: seen,
-		Reports: reports}, h.clk.Now())
+		Reports: reports}, at)
 	if err != nil {
 		return nil, err
 	}
+	h.live.heard(worker, at)
 	if res.Freed > 0 || res.Requeued > 0 || w.Status != store.WorkerOnline {
 		h.Poke()
 	} else if len(res.Started) > 0 {

@@ -48,6 +48,7 @@ type Head struct {
 	cfg    Config
 	st     Store
 	clk    clock.Clock
+	live   *liveness // worker silence on the monotonic clock
 	log    *slog.Logger
 	epoch  int64
 	notify *notifier
@@ -157,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Head, error) {
 	}
 	h := &Head{cfg: cfg, st: st, lock: lock, clk: cfg.Clock, log: cfg.Logger, epoch: epoch, notify: newNotifier(),
 		evWake: newNotifier(), poke: make(chan struct{}, 1), inserts: newGroupCommit(st), m: newMetrics(cfg.Registry),
-		changes: newChanges(), history: newHistory()}
+		changes: newChanges(), history: newHistory(), live: newLiveness(cfg.Clock)}
 	h.ha = newHA(st)
 	h.SetPoolStatus(cfg.PoolStatus)
 	h.log.Info("head started", "epoch", epoch, "db", cfg.dbPath())
@@ -241,31 +242,6 @@ func (h *Head) livenessLoop(ctx context.Context) {
 			h.log.Error("liveness check failed", "err", err)
 		}
 	}
-}
-
-// CheckLiveness runs one liveness pass: ONLINE workers silent for
-// SuspectAfter become SUSPECT, workers silent for OfflineAfter become
-// OFFLINE with their instances UNKNOWN or requeued.
-func (h *Head) CheckLiveness(ctx context.Context) error {
-	now := h.clk.Now()
-	if n, err := h.st.MarkSuspect(ctx, now.Add(-h.cfg.SuspectAfter)); err != nil {
-		return err
-	} else if n > 0 {
-		h.log.Warn("workers suspect", "count", n)
-	}
-	ids, err := h.st.MarkOffline(ctx, now.Add(-h.cfg.OfflineAfter), now)
-	if err != nil {
-		return err
-	}
-	if len(ids) > 0 {
-		h.m.offline.Add(float64(len(ids)))
-		h.log.Warn("workers offline", "workers", ids)
-		for _, id := range ids {
-			h.notify.wake(id)
-		}
-		h.Poke()
-	}
-	return nil
 }
 
 // ScheduleOnce runs one scheduling pass and returns how many instances it
