@@ -32,14 +32,15 @@ func closedWithin(t *testing.T, c net.Conn, what string) time.Duration {
 // timeout (400 ms here; 10 s and 2 min by default), and the goroutine count
 // comes back to its baseline. Before the idle timeout was set, an idle
 // keep-alive connection held a goroutine for as long as the client liked.
-func TestSecurityConnectionTimeouts(t *testing.T) {
+func TestSecurityConnectionTimeouts(t *testing.T) { testConnectionTimeouts(t) }
+
+func testConnectionTimeouts(t *testing.T, mods ...func(*Config)) {
 	const timeout = 400 * time.Millisecond
-	e := newSecEnv(t, 0, func(c *Config) { c.HeaderTimeout, c.IdleTimeout = timeout, timeout })
+	e := newSecEnv(t, 0, append(mods, func(c *Config) { c.HeaderTimeout, c.IdleTimeout = timeout, timeout })...)
 	before := e.state(t)
 	base := runtime.NumGoroutine()
-	addr := strings.TrimPrefix(e.url, "http://")
 	dial := func() net.Conn {
-		c, err := net.Dial("tcp", addr)
+		c, err := e.dial()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +77,8 @@ func TestSecurityConnectionTimeouts(t *testing.T) {
 	check("slow headers", closedWithin(t, c, "slow headers"))
 	close(stop)
 
-	// A connection that sends nothing.
+	// A connection that sends nothing (over TLS: nothing after the
+	// handshake; the raw TCP cases are in TestSecurityTLSHandshakeTimeouts).
 	check("silent connection", closedWithin(t, dial(), "silent connection"))
 
 	// Keep-alive connections left idle after one request each.

@@ -3,6 +3,8 @@ package head
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,7 +35,16 @@ type secEnv struct {
 	workerTk string // w1's worker token
 	otherTk  string // w2's worker token
 	machine  string // a machine credential minted for pool "p", machine "m1"
+	// dial opens a raw connection for HTTP/1.1 slowloris: TCP, or TLS
+	// (offering only http/1.1) when the head serves TLS.
+	dial func() (net.Conn, error)
+	addr string      // host:port
+	tls  *tls.Config // the client's TLS config when the head serves TLS
 }
+
+// withTLS makes the head serve HTTPS with a --tls auto certificate (as
+// `tide head --tls auto` and `tide up --tls auto` do).
+func withTLS(c *Config) { c.TLSAuto, c.Addr = true, "127.0.0.1:0" }
 
 const (
 	secAdmin = "admin-token-0123456789"
@@ -59,7 +70,21 @@ func newSecEnv(t *testing.T, bodyTimeout time.Duration, mods ...func(*Config)) *
 	done := make(chan error, 1)
 	go func() { done <- h.Serve(ctx, ln) }()
 	tr := &http.Transport{}
-	e := &secEnv{h: h, url: "http://" + ln.Addr().String(), client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	addr := ln.Addr().String()
+	e := &secEnv{h: h, url: "http://" + addr, addr: addr, client: &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		dial: func() (net.Conn, error) { return net.Dial("tcp", addr) }}
+	if h.cfg.TLSCertFile != "" {
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(h.cfg.CACertPEM) {
+			t.Fatal("tls auto: no CA certificate")
+		}
+		e.tls = &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}
+		tr.TLSClientConfig, tr.ForceAttemptHTTP2 = e.tls.Clone(), true // the client speaks HTTP/2, as Go's does
+		e.url = "https://" + addr
+		h1 := e.tls.Clone()
+		h1.NextProtos = []string{"http/1.1"}
+		e.dial = func() (net.Conn, error) { return tls.Dial("tcp", addr, h1) }
+	}
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -185,8 +210,10 @@ func waitGoroutines(t *testing.T, base int, client *http.Client) {
 // with a worker token and with a machine credential; registration and the
 // heartbeat with the wrong credentials. Each must answer 401 or 403, the
 // store must be unchanged, and no goroutine may be left behind.
-func TestSecurityUnauthenticatedMutations(t *testing.T) {
-	e := newSecEnv(t, 0)
+func TestSecurityUnauthenticatedMutations(t *testing.T) { testUnauthenticatedMutations(t) }
+
+func testUnauthenticatedMutations(t *testing.T, mods ...func(*Config)) {
+	e := newSecEnv(t, 0, mods...)
 	before := e.state(t)
 	base := runtime.NumGoroutine()
 	hb := func(tok string) string {
@@ -266,8 +293,10 @@ func TestSecurityUnauthenticatedMutations(t *testing.T) {
 
 // TestSecurityOversizedBodies sends bodies one byte over the limit to every
 // route that reads one, with valid credentials: 413, nothing stored.
-func TestSecurityOversizedBodies(t *testing.T) {
-	e := newSecEnv(t, 0)
+func TestSecurityOversizedBodies(t *testing.T) { testOversizedBodies(t) }
+
+func testOversizedBodies(t *testing.T, mods ...func(*Config)) {
+	e := newSecEnv(t, 0, mods...)
 	before := e.state(t)
 	base := runtime.NumGoroutine()
 	big := func(prefix string) string {
@@ -299,9 +328,9 @@ func TestSecurityOversizedBodies(t *testing.T) {
 // slowBody opens a raw connection, sends the headers of a request whose
 // body it then trickles one byte every interval, and returns how long the
 // server took to close the connection or answer, and the status line.
-func slowBody(t *testing.T, addr, method, path, token string, length int, interval time.Duration) (time.Duration, string) {
+func slowBody(t *testing.T, dial func() (net.Conn, error), method, path, token string, length int, interval time.Duration) (time.Duration, string) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	c, err := dial()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,12 +378,13 @@ func notTimeout(err error) bool {
 // head's body timeout, authenticated and not: each connection is answered
 // or closed within the timeout (plus slack), nothing is stored, and the
 // goroutine count comes back to its baseline.
-func TestSecuritySlowBodies(t *testing.T) {
+func TestSecuritySlowBodies(t *testing.T) { testSlowBodies(t) }
+
+func testSlowBodies(t *testing.T, mods ...func(*Config)) {
 	const timeout = 400 * time.Millisecond
-	e := newSecEnv(t, timeout)
+	e := newSecEnv(t, timeout, mods...)
 	before := e.state(t)
 	base := runtime.NumGoroutine()
-	addr := strings.TrimPrefix(e.url, "http://")
 	cases := []struct{ method, path, tok string }{
 		{"POST", "/instances", secAdmin},
 		{"POST", "/instances", ""},
@@ -365,7 +395,7 @@ func TestSecuritySlowBodies(t *testing.T) {
 		{"GET", "/ui/", ""}, // the dashboard's files, mounted beside the API
 	}
 	for _, c := range cases {
-		took, status := slowBody(t, addr, c.method, c.path, c.tok, 10000, 50*time.Millisecond)
+		took, status := slowBody(t, e.dial, c.method, c.path, c.tok, 10000, 50*time.Millisecond)
 		t.Logf("%s %s (token %v): %q after %v", c.method, c.path, c.tok != "", status, took.Round(time.Millisecond))
 		if strings.Contains(status, " 200 ") && c.path != "/ui/" { // /ui/ serves public static files
 			t.Errorf("%s %s: a trickled body was accepted: %q", c.method, c.path, status)
