@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	pb "github.com/tide-project/tide/api/provider/v1"
 )
@@ -205,21 +206,51 @@ type RemoteConfig struct {
 	// require client certificates (mutual TLS).
 	TLS *tls.Config
 	// Token, when set, is the bearer token every call must carry in its
-	// "authorization: Bearer <token>" metadata.
+	// "authorization: Bearer <token>" metadata. It is checked when a
+	// call's headers arrive, before its message is read.
 	Token string
+	// HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2
+	// preface; 10 s when zero (gRPC's own default is 120 s).
+	HandshakeTimeout time.Duration
+	// IdleTimeout closes a connection that has had no call in progress
+	// for this long (a client reconnects when it calls again); 5 min when
+	// zero (gRPC's own default never closes one).
+	IdleTimeout time.Duration
 }
 
+// MaxRequestSize bounds a request a remote plugin accepts: gRPC's default,
+// stated. A larger one is refused with ResourceExhausted.
+const MaxRequestSize = 4 << 20
+
 // NewGRPCServer returns a gRPC server for a remote plugin: TLS and token
-// checks per cfg, and keepalive enforcement that admits tide's pings.
+// checks per cfg, keepalive enforcement that admits tide's pings, and
+// bounds on what a caller can hold: requests of at most MaxRequestSize,
+// the handshake and idle timeouts of cfg, and a call without the token
+// refused when its headers arrive, so it never holds a goroutine while it
+// sends (or never finishes sending) its message.
 func NewGRPCServer(cfg RemoteConfig) *grpc.Server {
+	handshake, idle := cfg.HandshakeTimeout, cfg.IdleTimeout
+	if handshake <= 0 {
+		handshake = 10 * time.Second
+	}
+	if idle <= 0 {
+		idle = 5 * time.Minute
+	}
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: idle}),
+		grpc.ConnectionTimeout(handshake),
+		grpc.MaxRecvMsgSize(MaxRequestSize),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	if cfg.Token != "" {
+		opts = append(opts, grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+			return ctx, tokenIn(info.Header, cfg.Token)
+		}))
+		// The interceptors check again: a server built with other options
+		// keeps the check.
 		opts = append(opts, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if err := checkToken(ctx, cfg.Token); err != nil {
 				return nil, err
@@ -237,6 +268,10 @@ func NewGRPCServer(cfg RemoteConfig) *grpc.Server {
 
 func checkToken(ctx context.Context, want string) error {
 	md, _ := metadata.FromIncomingContext(ctx)
+	return tokenIn(md, want)
+}
+
+func tokenIn(md metadata.MD, want string) error {
 	for _, v := range md.Get("authorization") {
 		got, ok := strings.CutPrefix(v, "Bearer ")
 		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
