@@ -462,7 +462,9 @@ func (p *Pool) drainingJoined() int {
 func (p *Pool) pendingKept() int { return len(p.pending) - (len(p.draining) - p.drainingJoined()) }
 
 func (p *Pool) abortDrains() {
-	if len(p.draining) == 0 {
+	// Nothing to abort unless the joined nodes kept fall short (the
+	// booting ones only add to them).
+	if len(p.draining) == 0 || p.desired <= p.kept() {
 		return
 	}
 	// Joined nodes first: victims were taken highest id first, so give
