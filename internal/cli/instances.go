@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/jobfile"
 )
 
 // submitFlags are PyLet's submit flags plus tide's extensions.
@@ -111,13 +114,13 @@ the defaults (1 CPU core, no GPU, 512 MB).`,
 // the job file, then the head's defaults.
 func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(string) (string, bool)) (*api.SubmitRequest, error) {
 	f := cmd.Flags()
-	job := &JobFile{}
+	job := &jobfile.File{}
 	if sf.config != "" {
 		data, err := os.ReadFile(sf.config)
 		if err != nil {
 			return nil, badInput(fmt.Errorf("-c: %w", err))
 		}
-		if job, err = ParseJobFile(data, lookup); err != nil {
+		if job, err = jobfile.Parse(data, lookup); err != nil {
 			return nil, badInput(fmt.Errorf("%s: %w", sf.config, err))
 		}
 	}
@@ -130,7 +133,7 @@ func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(st
 	case len(args) == 1:
 		req.Command = &args[0] // one argument is a shell command line
 	case len(args) > 1:
-		c := shellJoin(args) // keep the boundaries: sh -c 'exit 3' stays three words
+		c := jobfile.ShellJoin(args) // keep the boundaries: sh -c 'exit 3' stays three words
 		req.Command = &c
 	}
 	if req.Command == nil || strings.TrimSpace(*req.Command) == "" {
@@ -307,7 +310,7 @@ func printInstances(w io.Writer, ins []api.InstanceJSON, wide bool) error {
 			deref(in.AssignedTo), deref(in.Endpoint), deref(in.ExitCode), deref(in.CreatedAt))
 		if wide {
 			var lbl []string
-			for _, k := range sortedKeys(in.Labels) {
+			for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
 				lbl = append(lbl, k+"="+in.Labels[k])
 			}
 			fmt.Fprintf(tw, "\t%g\t%d\t%d\t%s", in.ResourceRequirements.CPUCores, in.ResourceRequirements.MemoryMB,
@@ -640,7 +643,7 @@ func kvList(m map[string]string) string {
 		return "-"
 	}
 	out := make([]string, 0, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		out = append(out, k+"="+m[k])
 	}
 	return strings.Join(out, ",")

@@ -1,8 +1,12 @@
-package cli
+// Package jobfile parses TOML job files: PyLet's `submit -c job.toml`,
+// every field applied, plus tide's extensions. It is a leaf package so that
+// its fuzz test links (and instruments) only what parsing needs.
+package jobfile
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -15,7 +19,7 @@ import (
 	"github.com/tide-project/tide/internal/validate"
 )
 
-// JobFile is a parsed TOML job file (PyLet's `submit -c job.toml`, every
+// File is a parsed TOML job file (PyLet's `submit -c job.toml`, every
 // field applied, plus tide's extensions). Nil fields were not in the file.
 //
 //	command = "python train.py"        # or ["python", "train.py"] (shell-quoted and joined)
@@ -38,7 +42,7 @@ import (
 //	HF_HOME = "${HOME}/hf"             # ${VAR} and $VAR are expanded; unknown ones kept
 //	[labels]
 //	team = "nlp"
-type JobFile struct {
+type File struct {
 	Command       *string
 	Name          *string
 	Venv          *string
@@ -63,10 +67,10 @@ var (
 	resourceKeys = []string{"cpus", "gpus", "memory", "gpu_indices", "exclusive", "target_worker"}
 )
 
-// ParseJobFile parses a TOML job file. lookup resolves ${VAR} and $VAR in
+// Parse parses a TOML job file. lookup resolves ${VAR} and $VAR in
 // string values (os.LookupEnv in the CLI); variables it does not know are
 // left as written. Errors name the field; unknown keys are errors.
-func ParseJobFile(data []byte, lookup func(string) (string, bool)) (*JobFile, error) {
+func Parse(data []byte, lookup func(string) (string, bool)) (*File, error) {
 	if err := validate.Empty(data); err != nil {
 		return nil, err
 	}
@@ -80,8 +84,8 @@ func ParseJobFile(data []byte, lookup func(string) (string, bool)) (*JobFile, er
 		return nil, err
 	}
 	p := jobParser{lookup: lookup}
-	job := &JobFile{}
-	for _, k := range sortedKeys(raw) {
+	job := &File{}
+	for _, k := range slices.Sorted(maps.Keys(raw)) {
 		v := raw[k]
 		var err error
 		switch k {
@@ -208,7 +212,7 @@ func (p jobParser) command(v any) (*string, error) {
 			}
 			parts[i] = p.expand(s)
 		}
-		out = shellJoin(parts)
+		out = ShellJoin(parts)
 	default:
 		return nil, fmt.Errorf("command: want a string or an array of strings, got %s", typeName(v))
 	}
@@ -224,7 +228,7 @@ func (p jobParser) strMap(field string, v any) (map[string]string, error) {
 		return nil, fmt.Errorf("%s: want a table, got %s", field, typeName(v))
 	}
 	out := make(map[string]string, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		s, ok := m[k].(string)
 		if !ok {
 			return nil, fmt.Errorf("%s.%s: want a string, got %s", field, k, typeName(m[k]))
@@ -234,12 +238,12 @@ func (p jobParser) strMap(field string, v any) (map[string]string, error) {
 	return out, nil
 }
 
-func (p jobParser) resources(job *JobFile, v any) error {
+func (p jobParser) resources(job *File, v any) error {
 	m, ok := v.(map[string]any)
 	if !ok {
 		return fmt.Errorf("resources: want a table, got %s", typeName(v))
 	}
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		v := m[k]
 		field := "resources." + k
 		var err error
@@ -353,7 +357,7 @@ var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
 
 // shellJoin quotes each argument for a POSIX shell and joins them (Python's
 // shlex.join).
-func shellJoin(args []string) string {
+func ShellJoin(args []string) string {
 	out := make([]string, len(args))
 	for i, a := range args {
 		if shellSafe.MatchString(a) {
@@ -363,13 +367,4 @@ func shellJoin(args []string) string {
 		}
 	}
 	return strings.Join(out, " ")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
