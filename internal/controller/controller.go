@@ -47,7 +47,11 @@ type Controller struct {
 	seq       uint64
 	pool      *reconcile.Pool
 	nodes     []*node // by ordinal; nil where no machine serves the ordinal
-	byMachine map[string]*node
+	// nodesChanged is set when a node is tracked or untracked or its host,
+	// join or drain changes: publish rebuilds the status's node list then
+	// only (a pass over every node per pass costs a large pool dearly).
+	nodesChanged bool
+	byMachine    map[string]*node
 	doomed    []*doomed // machines to delete until NotFound, oldest first
 	doomedBy  map[string]*doomed
 	skipUntil map[string]time.Time // offering name → skipped until
@@ -643,6 +647,21 @@ func (c *Controller) Node(id reconcile.NodeID) (NodeStatus, bool) {
 	return c.status.Nodes[i], true
 }
 
+// checkPublish makes publish rebuild the node list on every pass and panic
+// when it differs from the kept one while nodesChanged was not set (tests).
+var checkPublish = false
+
+// nodeStatus appends every node's status to dst, by ordinal.
+func (c *Controller) nodeStatus(dst []NodeStatus) []NodeStatus {
+	for _, n := range c.nodes {
+		if n != nil {
+			dst = append(dst, NodeStatus{ID: n.id, MachineID: n.rec.MachineID, Offering: n.rec.Offering,
+				Host: n.host, Joined: n.joined, Draining: n.drain != drainNone})
+		}
+	}
+	return dst
+}
+
 // publish updates the gauges and the Status snapshot.
 func (c *Controller) publish() {
 	c.doomed = slices.DeleteFunc(c.doomed, func(d *doomed) bool { return d.done })
@@ -660,12 +679,13 @@ func (c *Controller) publish() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s.Nodes = c.status.Nodes[:0]
-	for _, n := range c.nodes {
-		if n != nil {
-			s.Nodes = append(s.Nodes, NodeStatus{ID: n.id, MachineID: n.rec.MachineID, Offering: n.rec.Offering,
-				Host: n.host, Joined: n.joined, Draining: n.drain != drainNone})
-		}
+	s.Nodes = c.status.Nodes
+	if checkPublish && !c.nodesChanged && !slices.Equal(c.nodeStatus(nil), s.Nodes) {
+		panic("controller: a node's status changed without nodesChanged set")
+	}
+	if c.nodesChanged {
+		s.Nodes = c.nodeStatus(c.status.Nodes[:0])
+		c.nodesChanged = false
 	}
 	now := c.clock.Now()
 	for name, until := range c.skipUntil {

@@ -111,6 +111,7 @@ func (c *Controller) track(n *node) {
 	}
 	c.nodes[n.id] = n
 	c.byMachine[n.rec.MachineID] = n
+	c.nodesChanged = true
 }
 
 func (c *Controller) untrack(n *node) {
@@ -118,6 +119,7 @@ func (c *Controller) untrack(n *node) {
 		c.nodes[n.id] = nil
 	}
 	delete(c.byMachine, n.rec.MachineID)
+	c.nodesChanged = true
 }
 
 // createRequest is the Create of a journaled machine. It carries no labels:
@@ -407,7 +409,9 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 		return
 	}
 	n.confirmed = true
-	n.host = m.Host
+	if n.host != m.Host {
+		n.host, c.nodesChanged = m.Host, true
+	}
 	if !m.ReclaimAt.IsZero() {
 		c.lose(ctx, n, ReasonInterrupted, "node %d: machine %s is reclaimed at %s (spot interruption notice): replacing it",
 			n.id, m.ID, m.ReclaimAt.UTC().Format(time.RFC3339))
@@ -426,7 +430,7 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 		}
 		n.deadline = time.Time{}
 		if !n.joined {
-			n.joined = true
+			n.joined, c.nodesChanged = true, true
 			c.queue = append(c.queue, reconcile.NodeJoined{ID: n.id})
 			c.emit(TypeNormal, ReasonJoined, "node %d: machine %s (%s, %s) joined", n.id, m.ID, m.Offering, m.Host)
 		}
@@ -701,7 +705,7 @@ func (c *Controller) startDrain(ctx context.Context, id reconcile.NodeID) {
 		c.queue = append(c.queue, reconcile.DrainComplete{ID: id})
 		return
 	}
-	n.drain = drainCordoning
+	n.drain, c.nodesChanged = drainCordoning, true
 	n.uncordonOwed = false
 	c.advanceDrain(ctx, n)
 }
@@ -732,7 +736,7 @@ func (c *Controller) advanceDrain(ctx context.Context, n *node) {
 			c.emit(TypeWarning, ReasonWorkloadError, "node %d: cordon: %v; retried on the next tick", n.id, err)
 			return
 		}
-		n.drain = drainWaiting
+		n.drain, c.nodesChanged = drainWaiting, true
 	}
 	busy, err := c.work.Busy(ctx, ref)
 	if err != nil {
@@ -749,7 +753,7 @@ func (c *Controller) advanceDrain(ctx context.Context, n *node) {
 		case provider.Idle, provider.Creating, provider.Speculative:
 			c.drained(n, "has no cluster binding")
 		default:
-			n.drain = drainUnbinding
+			n.drain, c.nodesChanged = drainUnbinding, true
 			n.deadline = c.clock.Now().Add(c.cfg.LaunchTimeout)
 		}
 	case provider.KindStaleFence:
@@ -765,7 +769,7 @@ func (c *Controller) advanceDrain(ctx context.Context, n *node) {
 
 // drained reports a drain complete.
 func (c *Controller) drained(n *node, how string) {
-	n.drain = drainDone
+	n.drain, c.nodesChanged = drainDone, true
 	n.deadline = time.Time{}
 	c.queue = append(c.queue, reconcile.DrainComplete{ID: n.id})
 	c.emit(TypeNormal, ReasonDrained, "node %d: machine %s %s: drain complete", n.id, n.rec.MachineID, how)
@@ -778,7 +782,7 @@ func (c *Controller) abortDrain(ctx context.Context, id reconcile.NodeID) {
 	if n == nil {
 		return
 	}
-	n.drain = drainNone
+	n.drain, c.nodesChanged = drainNone, true
 	n.deadline = time.Time{}
 	c.uncordon(ctx, n)
 }
