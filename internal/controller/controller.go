@@ -41,20 +41,20 @@ type Controller struct {
 	offerings []capacity.Offering // by EffectiveCost, then name
 
 	// The state below is owned by the goroutine that drives the controller.
-	started   bool
-	deposed   bool
-	epoch     uint64
-	seq       uint64
-	pool      *reconcile.Pool
-	nodes     []*node // by ordinal; nil where no machine serves the ordinal
+	started bool
+	deposed bool
+	epoch   uint64
+	seq     uint64
+	pool    *reconcile.Pool
+	nodes   []*node // by ordinal; nil where no machine serves the ordinal
 	// nodesChanged is set when a node is tracked or untracked or its host,
 	// join or drain changes: publish rebuilds the status's node list then
 	// only (a pass over every node per pass costs a large pool dearly).
 	nodesChanged bool
 	byMachine    map[string]*node
-	doomed    []*doomed // machines to delete until NotFound, oldest first
-	doomedBy  map[string]*doomed
-	skipUntil map[string]time.Time // offering name → skipped until
+	doomed       []*doomed // machines to delete until NotFound, oldest first
+	doomedBy     map[string]*doomed
+	skipUntil    map[string]time.Time // offering name → skipped until
 	// orphanSeen is when each orphan (a listed machine no journal knows)
 	// was first seen; it is deleted OrphanGrace later.
 	orphanSeen map[string]time.Time
