@@ -47,14 +47,15 @@ type Controller struct {
 	seq     uint64
 	pool    *reconcile.Pool
 	nodes   []*node // by ordinal; nil where no machine serves the ordinal
-	// nodesChanged is set when a node is tracked or untracked or its host,
-	// join or drain changes: publish rebuilds the status's node list then
-	// only (a pass over every node per pass costs a large pool dearly).
-	nodesChanged bool
-	byMachine    map[string]*node
-	doomed       []*doomed // machines to delete until NotFound, oldest first
-	doomedBy     map[string]*doomed
-	skipUntil    map[string]time.Time // offering name → skipped until
+	// dirty are the ordinals whose node was tracked or untracked or whose
+	// host, join or drain changed since the last publish: publish copies
+	// those into shown only (a pass over every node per pass costs a large
+	// pool dearly).
+	dirty     []reconcile.NodeID
+	byMachine map[string]*node
+	doomed    []*doomed // machines to delete until NotFound, oldest first
+	doomedBy  map[string]*doomed
+	skipUntil map[string]time.Time // offering name → skipped until
 	// orphanSeen is when each orphan (a listed machine no journal knows)
 	// was first seen; it is deleted OrphanGrace later.
 	orphanSeen map[string]time.Time
@@ -65,11 +66,13 @@ type Controller struct {
 	// busyHint is the last busy report of each node. A report can arrive
 	// before the controller sees the node join (the worker registers with
 	// the head before the next List); it is replayed after NodeJoined.
-	busyHint  map[reconcile.NodeID]bool
-	saved     int // desired count in the journal
-	hasSaved  bool
-	list      []provider.Machine // this tick's List
-	listed    map[string]int     // by id, index into list
+	busyHint map[reconcile.NodeID]bool
+	saved    int // desired count in the journal
+	hasSaved bool
+	list     []provider.Machine // this tick's List
+	listed   map[string]int     // by id, index into list
+	// claimed marks the machines of list that a node holds (observe).
+	claimed   []bool
 	decisions uint64
 	events    uint64
 	// Latched until the next tick: a total quota refused a Create (its
@@ -79,8 +82,11 @@ type Controller struct {
 
 	mu     sync.Mutex
 	inbox  []reconcile.Event
-	status Status
-	poke   chan struct{}
+	status Status // Nodes is nil: Status builds it from shown
+	// shown is each ordinal's node status as of the last publish; an
+	// empty MachineID where no machine serves the ordinal.
+	shown []NodeStatus
+	poke  chan struct{}
 }
 
 // New returns the controller of cfg.Pool. It does no I/O: the first Tick
@@ -615,7 +621,7 @@ func (c *Controller) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.status
-	s.Nodes = slices.Clone(s.Nodes)
+	s.Nodes = c.shownNodes()
 	s.Deleting = slices.Clone(s.Deleting)
 	s.Unavailable = maps.Clone(s.Unavailable)
 	s.Marks = maps.Clone(s.Marks)
@@ -640,23 +646,42 @@ func (c *Controller) Summary() Status {
 func (c *Controller) Node(id reconcile.NodeID) (NodeStatus, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i, ok := slices.BinarySearchFunc(c.status.Nodes, id, func(n NodeStatus, id reconcile.NodeID) int { return cmp.Compare(n.ID, id) })
-	if !ok {
+	if id < 0 || int(id) >= len(c.shown) || c.shown[id].MachineID == "" {
 		return NodeStatus{}, false
 	}
-	return c.status.Nodes[i], true
+	return c.shown[id], true
 }
 
-// checkPublish makes publish rebuild the node list on every pass and panic
-// when it differs from the kept one while nodesChanged was not set (tests).
+// shownNodes returns the nodes of shown, by ordinal (c.mu held).
+func (c *Controller) shownNodes() []NodeStatus {
+	var out []NodeStatus
+	for i := range c.shown {
+		if c.shown[i].MachineID != "" {
+			out = append(out, c.shown[i])
+		}
+	}
+	return out
+}
+
+// status is n's NodeStatus.
+func (n *node) status() NodeStatus {
+	return NodeStatus{ID: n.id, MachineID: n.rec.MachineID, Offering: n.rec.Offering,
+		Host: n.host, Joined: n.joined, Draining: n.drain != drainNone}
+}
+
+// changed notes that the status of ordinal id's node changed.
+func (c *Controller) changed(id reconcile.NodeID) { c.dirty = append(c.dirty, id) }
+
+// checkPublish makes publish compare, on every pass, the node list it
+// keeps with one built from every node, and panic when they differ: a
+// change that was not noted (tests).
 var checkPublish = false
 
-// nodeStatus appends every node's status to dst, by ordinal.
+// nodeStatus appends every node's status to dst, by ordinal (checkPublish).
 func (c *Controller) nodeStatus(dst []NodeStatus) []NodeStatus {
 	for _, n := range c.nodes {
 		if n != nil {
-			dst = append(dst, NodeStatus{ID: n.id, MachineID: n.rec.MachineID, Offering: n.rec.Offering,
-				Host: n.host, Joined: n.joined, Draining: n.drain != drainNone})
+			dst = append(dst, n.status())
 		}
 	}
 	return dst
@@ -679,13 +704,18 @@ func (c *Controller) publish() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s.Nodes = c.status.Nodes
-	if checkPublish && !c.nodesChanged && !slices.Equal(c.nodeStatus(nil), s.Nodes) {
-		panic("controller: a node's status changed without nodesChanged set")
+	for _, id := range c.dirty {
+		for int(id) >= len(c.shown) {
+			c.shown = append(c.shown, NodeStatus{})
+		}
+		c.shown[id] = NodeStatus{}
+		if n := c.node(id); n != nil {
+			c.shown[id] = n.status()
+		}
 	}
-	if c.nodesChanged {
-		s.Nodes = c.nodeStatus(c.status.Nodes[:0])
-		c.nodesChanged = false
+	c.dirty = c.dirty[:0]
+	if checkPublish && !slices.Equal(c.nodeStatus(nil), c.shownNodes()) {
+		panic("controller: a node's status changed without being noted (Controller.changed)")
 	}
 	now := c.clock.Now()
 	for name, until := range c.skipUntil {

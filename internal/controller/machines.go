@@ -111,7 +111,7 @@ func (c *Controller) track(n *node) {
 	}
 	c.nodes[n.id] = n
 	c.byMachine[n.rec.MachineID] = n
-	c.nodesChanged = true
+	c.changed(n.id)
 }
 
 func (c *Controller) untrack(n *node) {
@@ -119,7 +119,7 @@ func (c *Controller) untrack(n *node) {
 		c.nodes[n.id] = nil
 	}
 	delete(c.byMachine, n.rec.MachineID)
-	c.nodesChanged = true
+	c.changed(n.id)
 }
 
 // createRequest is the Create of a journaled machine. It carries no labels:
@@ -386,8 +386,17 @@ func (c *Controller) observe(ctx context.Context) {
 		}
 	}
 	c.forgetOrphans()
+	// The machines of the pool's nodes, found where their hint points,
+	// are no orphans: only the others are looked up by id.
+	c.claimed = slices.Grow(c.claimed[:0], len(c.list))[:len(c.list)]
+	clear(c.claimed)
+	for _, n := range c.nodes {
+		if n != nil && n.listAt >= 0 && n.listAt < len(c.list) && c.list[n.listAt].ID == n.rec.MachineID {
+			c.claimed[n.listAt] = true
+		}
+	}
 	for i := 0; i < len(c.list) && !c.deposed; i++ {
-		if m := &c.list[i]; c.byMachine[m.ID] == nil && c.doomedBy[m.ID] == nil {
+		if m := &c.list[i]; !c.claimed[i] && c.byMachine[m.ID] == nil && c.doomedBy[m.ID] == nil {
 			c.orphan(ctx, m)
 		}
 	}
@@ -410,7 +419,8 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 	}
 	n.confirmed = true
 	if n.host != m.Host {
-		n.host, c.nodesChanged = m.Host, true
+		n.host = m.Host
+		c.changed(n.id)
 	}
 	if !m.ReclaimAt.IsZero() {
 		c.lose(ctx, n, ReasonInterrupted, "node %d: machine %s is reclaimed at %s (spot interruption notice): replacing it",
@@ -430,7 +440,8 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 		}
 		n.deadline = time.Time{}
 		if !n.joined {
-			n.joined, c.nodesChanged = true, true
+			n.joined = true
+			c.changed(n.id)
 			c.queue = append(c.queue, reconcile.NodeJoined{ID: n.id})
 			c.emit(TypeNormal, ReasonJoined, "node %d: machine %s (%s, %s) joined", n.id, m.ID, m.Offering, m.Host)
 		}
@@ -705,7 +716,8 @@ func (c *Controller) startDrain(ctx context.Context, id reconcile.NodeID) {
 		c.queue = append(c.queue, reconcile.DrainComplete{ID: id})
 		return
 	}
-	n.drain, c.nodesChanged = drainCordoning, true
+	n.drain = drainCordoning
+	c.changed(n.id)
 	n.uncordonOwed = false
 	c.advanceDrain(ctx, n)
 }
@@ -736,7 +748,8 @@ func (c *Controller) advanceDrain(ctx context.Context, n *node) {
 			c.emit(TypeWarning, ReasonWorkloadError, "node %d: cordon: %v; retried on the next tick", n.id, err)
 			return
 		}
-		n.drain, c.nodesChanged = drainWaiting, true
+		n.drain = drainWaiting
+		c.changed(n.id)
 	}
 	busy, err := c.work.Busy(ctx, ref)
 	if err != nil {
@@ -753,7 +766,8 @@ func (c *Controller) advanceDrain(ctx context.Context, n *node) {
 		case provider.Idle, provider.Creating, provider.Speculative:
 			c.drained(n, "has no cluster binding")
 		default:
-			n.drain, c.nodesChanged = drainUnbinding, true
+			n.drain = drainUnbinding
+			c.changed(n.id)
 			n.deadline = c.clock.Now().Add(c.cfg.LaunchTimeout)
 		}
 	case provider.KindStaleFence:
@@ -769,7 +783,8 @@ func (c *Controller) advanceDrain(ctx context.Context, n *node) {
 
 // drained reports a drain complete.
 func (c *Controller) drained(n *node, how string) {
-	n.drain, c.nodesChanged = drainDone, true
+	n.drain = drainDone
+	c.changed(n.id)
 	n.deadline = time.Time{}
 	c.queue = append(c.queue, reconcile.DrainComplete{ID: n.id})
 	c.emit(TypeNormal, ReasonDrained, "node %d: machine %s %s: drain complete", n.id, n.rec.MachineID, how)
@@ -782,7 +797,8 @@ func (c *Controller) abortDrain(ctx context.Context, id reconcile.NodeID) {
 	if n == nil {
 		return
 	}
-	n.drain, c.nodesChanged = drainNone, true
+	n.drain = drainNone
+	c.changed(n.id)
 	n.deadline = time.Time{}
 	c.uncordon(ctx, n)
 }
