@@ -41,17 +41,12 @@ type Controller struct {
 	offerings []capacity.Offering // by EffectiveCost, then name
 
 	// The state below is owned by the goroutine that drives the controller.
-	started bool
-	deposed bool
-	epoch   uint64
-	seq     uint64
-	pool    *reconcile.Pool
-	nodes   []*node // by ordinal; nil where no machine serves the ordinal
-	// dirty are the ordinals whose node was tracked or untracked or whose
-	// host, join or drain changed since the last publish: publish copies
-	// those into shown only (a pass over every node per pass costs a large
-	// pool dearly).
-	dirty     []reconcile.NodeID
+	started   bool
+	deposed   bool
+	epoch     uint64
+	seq       uint64
+	pool      *reconcile.Pool
+	nodes     []*node // by ordinal; nil where no machine serves the ordinal
 	byMachine map[string]*node
 	doomed    []*doomed // machines to delete until NotFound, oldest first
 	doomedBy  map[string]*doomed
@@ -66,27 +61,33 @@ type Controller struct {
 	// busyHint is the last busy report of each node. A report can arrive
 	// before the controller sees the node join (the worker registers with
 	// the head before the next List); it is replayed after NodeJoined.
-	busyHint map[reconcile.NodeID]bool
-	saved    int // desired count in the journal
-	hasSaved bool
-	list     []provider.Machine // this tick's List
-	listed   map[string]int     // by id, index into list
-	// claimed marks the machines of list that a node holds (observe).
-	claimed   []bool
+	busyHint  map[reconcile.NodeID]bool
+	saved     int // desired count in the journal
+	hasSaved  bool
+	list      []provider.Machine // this tick's List
+	listed    map[string]int     // by id, index into list
 	decisions uint64
 	events    uint64
 	// Latched until the next tick: a total quota refused a Create (its
 	// error), and an offering was probed while all were being skipped.
 	quotaHit string
 	probed   bool
+	// dirty are the ordinals whose node was tracked or untracked or whose
+	// host, join or drain changed since the last publish: publish copies
+	// those into shown only (a pass over every node per pass costs a large
+	// pool dearly).
+	dirty []reconcile.NodeID
+	// claimed marks the machines of list that a node holds (observe).
+	claimed []bool
 
 	mu     sync.Mutex
 	inbox  []reconcile.Event
-	status Status // Nodes is nil: Status builds it from shown
-	// shown is each ordinal's node status as of the last publish; an
-	// empty MachineID where no machine serves the ordinal.
+	status Status
+	poke   chan struct{}
+	// shown is each ordinal's node status as of the last publish (an
+	// empty MachineID where no machine serves the ordinal); status.Nodes
+	// is nil: Status builds the list from shown.
 	shown []NodeStatus
-	poke  chan struct{}
 }
 
 // New returns the controller of cfg.Pool. It does no I/O: the first Tick
