@@ -152,8 +152,9 @@ type engine struct {
 	noted     []string
 	cand      []trackEntry
 
-	// countsInstances: the policy counts running instances (Pressure.
-	// Inflight), so the pressure report lists each one.
+	// countsInstances: the pressure report lists each running instance
+	// (Options.perInstance, for tests); otherwise one entry per group,
+	// counted (capacity.Instance.Count).
 	countsInstances bool
 	changed         bool // the pressure changed since the last evaluation
 	placeable       bool // placement may succeed since the last Place
@@ -207,7 +208,7 @@ func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {
 	for _, o := range cfg.Pool.Offerings {
 		e.offs[o.Name()] = o
 	}
-	e.countsInstances = pcfg.Policy == policy.Skyward || opts.perInstance
+	e.countsInstances = opts.perInstance
 	rc := reconcile.Config{Nodes: pcfg.Nodes, ProtectFirstNode: pcfg.ProtectFirstNode}
 	if pcfg.Policy == policy.Utilization {
 		rc.ScaleDownDelay = pcfg.ScaleDownDelay // seed 001 scales down through deletion marks
