@@ -12,6 +12,31 @@ import (
 type Instance struct {
 	Requests Resources `json:"requests"`
 	Daemon   bool      `json:"daemon,omitempty"`
+	// Count, when above 1, is the number of identical instances the entry
+	// stands for, Requests being their sum (the simulator reports a group
+	// of replicas on one node as one entry); 0 or 1 is one instance.
+	Count int `json:"count,omitempty"`
+}
+
+// Instances returns the number of instances the entry stands for.
+func (in *Instance) Instances() int { return max(in.Count, 1) }
+
+// Each returns what one of the entry's instances requests: Requests
+// divided by Count.
+func (in *Instance) Each() Resources {
+	n := int64(in.Instances())
+	if n == 1 {
+		return in.Requests
+	}
+	r := in.Requests
+	out := Resources{MilliCPU: r.MilliCPU / n, Memory: r.Memory / n, GPUs: r.GPUs / n}
+	if len(r.Extended) > 0 {
+		out.Extended = make(map[string]int64, len(r.Extended))
+		for k, v := range r.Extended {
+			out.Extended[k] = v / n
+		}
+	}
+	return out
 }
 
 // Node is one node of a pool as the autoscaler sees it.
@@ -83,8 +108,8 @@ func (p *Pressure) Inflight() int {
 	n := 0
 	for i := range p.Nodes {
 		for j := range p.Nodes[i].Running {
-			if !p.Nodes[i].Running[j].Daemon {
-				n++
+			if in := &p.Nodes[i].Running[j]; !in.Daemon {
+				n = validate.Add(n, in.Instances())
 			}
 		}
 	}

@@ -65,6 +65,7 @@ figures and fails (exit code 1).`,
 			if output != "table" && output != "json" {
 				return badInput(fmt.Errorf("-o: want table or json, got %q", output))
 			}
+			defer simGC()()
 			cfg, err := simConfig(cfgPath, tracePath)
 			if err != nil {
 				return badInput(err)

@@ -72,11 +72,22 @@ type Controller struct {
 	// error), and an offering was probed while all were being skipped.
 	quotaHit string
 	probed   bool
+	// dirty are the ordinals whose node was tracked or untracked or whose
+	// host, join or drain changed since the last publish: publish copies
+	// those into shown only (a pass over every node per pass costs a large
+	// pool dearly).
+	dirty []reconcile.NodeID
+	// claimed marks the machines of list that a node holds (observe).
+	claimed []bool
 
 	mu     sync.Mutex
 	inbox  []reconcile.Event
 	status Status
 	poke   chan struct{}
+	// shown is each ordinal's node status as of the last publish (an
+	// empty MachineID where no machine serves the ordinal); status.Nodes
+	// is nil: Status builds the list from shown.
+	shown []NodeStatus
 }
 
 // New returns the controller of cfg.Pool. It does no I/O: the first Tick
@@ -611,7 +622,7 @@ func (c *Controller) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.status
-	s.Nodes = slices.Clone(s.Nodes)
+	s.Nodes = c.shownNodes()
 	s.Deleting = slices.Clone(s.Deleting)
 	s.Unavailable = maps.Clone(s.Unavailable)
 	s.Marks = maps.Clone(s.Marks)
@@ -636,11 +647,45 @@ func (c *Controller) Summary() Status {
 func (c *Controller) Node(id reconcile.NodeID) (NodeStatus, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i, ok := slices.BinarySearchFunc(c.status.Nodes, id, func(n NodeStatus, id reconcile.NodeID) int { return cmp.Compare(n.ID, id) })
-	if !ok {
+	if id < 0 || int(id) >= len(c.shown) || c.shown[id].MachineID == "" {
 		return NodeStatus{}, false
 	}
-	return c.status.Nodes[i], true
+	return c.shown[id], true
+}
+
+// shownNodes returns the nodes of shown, by ordinal (c.mu held).
+func (c *Controller) shownNodes() []NodeStatus {
+	var out []NodeStatus
+	for i := range c.shown {
+		if c.shown[i].MachineID != "" {
+			out = append(out, c.shown[i])
+		}
+	}
+	return out
+}
+
+// status is n's NodeStatus.
+func (n *node) status() NodeStatus {
+	return NodeStatus{ID: n.id, MachineID: n.rec.MachineID, Offering: n.rec.Offering,
+		Host: n.host, Joined: n.joined, Draining: n.drain != drainNone}
+}
+
+// changed notes that the status of ordinal id's node changed.
+func (c *Controller) changed(id reconcile.NodeID) { c.dirty = append(c.dirty, id) }
+
+// checkPublish makes publish compare, on every pass, the node list it
+// keeps with one built from every node, and panic when they differ: a
+// change that was not noted (tests).
+var checkPublish = false
+
+// nodeStatus appends every node's status to dst, by ordinal (checkPublish).
+func (c *Controller) nodeStatus(dst []NodeStatus) []NodeStatus {
+	for _, n := range c.nodes {
+		if n != nil {
+			dst = append(dst, n.status())
+		}
+	}
+	return dst
 }
 
 // publish updates the gauges and the Status snapshot.
@@ -660,12 +705,18 @@ func (c *Controller) publish() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s.Nodes = c.status.Nodes[:0]
-	for _, n := range c.nodes {
-		if n != nil {
-			s.Nodes = append(s.Nodes, NodeStatus{ID: n.id, MachineID: n.rec.MachineID, Offering: n.rec.Offering,
-				Host: n.host, Joined: n.joined, Draining: n.drain != drainNone})
+	for _, id := range c.dirty {
+		for int(id) >= len(c.shown) {
+			c.shown = append(c.shown, NodeStatus{})
 		}
+		c.shown[id] = NodeStatus{}
+		if n := c.node(id); n != nil {
+			c.shown[id] = n.status()
+		}
+	}
+	c.dirty = c.dirty[:0]
+	if checkPublish && !slices.Equal(c.nodeStatus(nil), c.shownNodes()) {
+		panic("controller: a node's status changed without being noted (Controller.changed)")
 	}
 	now := c.clock.Now()
 	for name, until := range c.skipUntil {

@@ -111,6 +111,7 @@ func (c *Controller) track(n *node) {
 	}
 	c.nodes[n.id] = n
 	c.byMachine[n.rec.MachineID] = n
+	c.changed(n.id)
 }
 
 func (c *Controller) untrack(n *node) {
@@ -118,6 +119,7 @@ func (c *Controller) untrack(n *node) {
 		c.nodes[n.id] = nil
 	}
 	delete(c.byMachine, n.rec.MachineID)
+	c.changed(n.id)
 }
 
 // createRequest is the Create of a journaled machine. It carries no labels:
@@ -384,8 +386,17 @@ func (c *Controller) observe(ctx context.Context) {
 		}
 	}
 	c.forgetOrphans()
+	// The machines of the pool's nodes, found where their hint points,
+	// are no orphans: only the others are looked up by id.
+	c.claimed = slices.Grow(c.claimed[:0], len(c.list))[:len(c.list)]
+	clear(c.claimed)
+	for _, n := range c.nodes {
+		if n != nil && n.listAt >= 0 && n.listAt < len(c.list) && c.list[n.listAt].ID == n.rec.MachineID {
+			c.claimed[n.listAt] = true
+		}
+	}
 	for i := 0; i < len(c.list) && !c.deposed; i++ {
-		if m := &c.list[i]; c.byMachine[m.ID] == nil && c.doomedBy[m.ID] == nil {
+		if m := &c.list[i]; !c.claimed[i] && c.byMachine[m.ID] == nil && c.doomedBy[m.ID] == nil {
 			c.orphan(ctx, m)
 		}
 	}
@@ -407,7 +418,10 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 		return
 	}
 	n.confirmed = true
-	n.host = m.Host
+	if n.host != m.Host {
+		n.host = m.Host
+		c.changed(n.id)
+	}
 	if !m.ReclaimAt.IsZero() {
 		c.lose(ctx, n, ReasonInterrupted, "node %d: machine %s is reclaimed at %s (spot interruption notice): replacing it",
 			n.id, m.ID, m.ReclaimAt.UTC().Format(time.RFC3339))
@@ -427,6 +441,7 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 		n.deadline = time.Time{}
 		if !n.joined {
 			n.joined = true
+			c.changed(n.id)
 			c.queue = append(c.queue, reconcile.NodeJoined{ID: n.id})
 			c.emit(TypeNormal, ReasonJoined, "node %d: machine %s (%s, %s) joined", n.id, m.ID, m.Offering, m.Host)
 		}
@@ -702,6 +717,7 @@ func (c *Controller) startDrain(ctx context.Context, id reconcile.NodeID) {
 		return
 	}
 	n.drain = drainCordoning
+	c.changed(n.id)
 	n.uncordonOwed = false
 	c.advanceDrain(ctx, n)
 }
@@ -733,6 +749,7 @@ func (c *Controller) advanceDrain(ctx context.Context, n *node) {
 			return
 		}
 		n.drain = drainWaiting
+		c.changed(n.id)
 	}
 	busy, err := c.work.Busy(ctx, ref)
 	if err != nil {
@@ -750,6 +767,7 @@ func (c *Controller) advanceDrain(ctx context.Context, n *node) {
 			c.drained(n, "has no cluster binding")
 		default:
 			n.drain = drainUnbinding
+			c.changed(n.id)
 			n.deadline = c.clock.Now().Add(c.cfg.LaunchTimeout)
 		}
 	case provider.KindStaleFence:
@@ -766,6 +784,7 @@ func (c *Controller) advanceDrain(ctx context.Context, n *node) {
 // drained reports a drain complete.
 func (c *Controller) drained(n *node, how string) {
 	n.drain = drainDone
+	c.changed(n.id)
 	n.deadline = time.Time{}
 	c.queue = append(c.queue, reconcile.DrainComplete{ID: n.id})
 	c.emit(TypeNormal, ReasonDrained, "node %d: machine %s %s: drain complete", n.id, n.rec.MachineID, how)
@@ -779,6 +798,7 @@ func (c *Controller) abortDrain(ctx context.Context, id reconcile.NodeID) {
 		return
 	}
 	n.drain = drainNone
+	c.changed(n.id)
 	n.deadline = time.Time{}
 	c.uncordon(ctx, n)
 }

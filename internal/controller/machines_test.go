@@ -21,3 +21,8 @@ func TestParseMachineID(t *testing.T) {
 		}
 	}
 }
+
+// Every test's controller (this package's and controller_test's) checks on
+// every pass that the node list it kept is the one a rebuild from every
+// node gives (publish).
+func init() { checkPublish = true }

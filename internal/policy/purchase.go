@@ -50,8 +50,8 @@ func spareFor(cfg *Config, in *Input, add int) []capacity.Launch {
 	var running []capacity.Pending
 	for i := range in.Pressure.Nodes {
 		for _, r := range in.Pressure.Nodes[i].Running {
-			if !r.Daemon && !slices.ContainsFunc(running, func(p capacity.Pending) bool { return p.Requests.Equal(r.Requests) }) {
-				running = append(running, capacity.Pending{Requests: r.Requests, Count: 1})
+			if each := r.Each(); !r.Daemon && !slices.ContainsFunc(running, func(p capacity.Pending) bool { return p.Requests.Equal(each) }) {
+				running = append(running, capacity.Pending{Requests: each, Count: 1})
 			}
 		}
 	}

@@ -152,8 +152,9 @@ type engine struct {
 	noted     []string
 	cand      []trackEntry
 
-	// countsInstances: the policy counts running instances (Pressure.
-	// Inflight), so the pressure report lists each one.
+	// countsInstances: the pressure report lists each running instance
+	// (Options.perInstance, for tests); otherwise one entry per group,
+	// counted (capacity.Instance.Count).
 	countsInstances bool
 	changed         bool // the pressure changed since the last evaluation
 	placeable       bool // placement may succeed since the last Place
@@ -207,7 +208,7 @@ func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {
 	for _, o := range cfg.Pool.Offerings {
 		e.offs[o.Name()] = o
 	}
-	e.countsInstances = pcfg.Policy == policy.Skyward || opts.perInstance
+	e.countsInstances = opts.perInstance
 	rc := reconcile.Config{Nodes: pcfg.Nodes, ProtectFirstNode: pcfg.ProtectFirstNode}
 	if pcfg.Policy == policy.Utilization {
 		rc.ScaleDownDelay = pcfg.ScaleDownDelay // seed 001 scales down through deletion marks
@@ -732,24 +733,35 @@ var _ controller.Workload = (*engine)(nil)
 // engine watching the calls that take nodes out of the cluster.
 type observed struct {
 	*cloudsim.Cloud
-	e    *engine
-	bufs [2][]provider.Machine // the last two lists
-	cur  int                   // which of them the controller holds
+	e     *engine
+	bufs  [2][]provider.Machine // the last two lists
+	cur   int                   // which of them the controller holds
+	token uint64                // the cloud's token for bufs[cur]
 }
 
 var _ provider.Provider = (*observed)(nil)
 
+// AnswersInline tells the controller that the simulated cloud answers on
+// the caller's goroutine without blocking: its calls need no call timeout.
+func (o *observed) AnswersInline() bool { return true }
+
 // List lists without copying labels and bootstrap data: the controller
 // only reads them (the same calls and injected errors as Cloud.List). The
-// two latest lists' slices are reused in turn: the controller reads a
+// list the controller holds is updated in place when only machines' states
+// changed since (Cloud.ListSharedUpdate: a pool of thousands of machines
+// is listed every tick, and few change between two ticks); otherwise the
+// other of the two latest lists' slices is reused: the controller reads a
 // list until it takes the next one, never after.
 func (o *observed) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
 	next := 1 - o.cur
-	list, err := o.Cloud.ListSharedInto(ctx, f, o.bufs[next])
+	list, token, inPlace, err := o.Cloud.ListSharedUpdate(ctx, f, o.bufs[o.cur], o.token, o.bufs[next])
 	if err != nil {
 		return nil, err
 	}
-	o.bufs[next], o.cur = list, next
+	o.token = token
+	if !inPlace {
+		o.bufs[next], o.cur = list, next
+	}
 	return list, nil
 }
 

@@ -540,7 +540,7 @@ func (e *engine) checkReport() {
 		want, got := e.reportNode(n), e.report.Nodes[i]
 		if got.ID != want.ID || got.Ordinal != want.Ordinal || !got.Resources.Equal(want.Resources) ||
 			!got.IdleSince.Equal(want.IdleSince) || !slices.EqualFunc(got.Running, want.Running, func(a, b capacity.Instance) bool {
-			return a.Requests.Equal(b.Requests) && a.Daemon == b.Daemon
+			return a.Requests.Equal(b.Requests) && a.Daemon == b.Daemon && a.Count == b.Count
 		}) {
 			e.violation("the pressure report's entry %d is %+v, node %d is %+v", i, got, n.ordinal, want)
 		}
@@ -560,8 +560,9 @@ func (e *engine) reportNode(n *node) capacity.Node {
 			gr := &e.groups[g]
 			if !e.countsInstances {
 				// One entry for the group: the same sums (busy,
-				// allocated, free, GPUs used) at the cost of one.
-				n.running = append(n.running, capacity.Instance{Requests: e.shapes[gr.shape].Scale(int64(gr.count))})
+				// allocated, free, GPUs used) and counts (Inflight,
+				// each instance's shape) at the cost of one.
+				n.running = append(n.running, capacity.Instance{Requests: e.shapes[gr.shape].Scale(int64(gr.count)), Count: int(gr.count)})
 				continue
 			}
 			for range gr.count {

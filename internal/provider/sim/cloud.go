@@ -59,6 +59,16 @@ type Cloud struct {
 	// existence changed, once WatchChanges was called (TakeChanges).
 	watch   bool
 	changed []string
+	// upd is what ListSharedUpdate needs to update the list it gave last
+	// time in place: the machines changed since (once it was first
+	// called), whether any was added or removed, and that list's token.
+	upd struct {
+		on         bool
+		mods       []*machine
+		membership bool
+		token      uint64
+		pool       string
+	}
 }
 
 var _ provider.Provider = (*Cloud)(nil)
@@ -234,6 +244,7 @@ func (c *Cloud) create(now time.Time, req *provider.CreateRequest) (provider.Ack
 	}
 	pool[m.ID] = m
 	c.resort(m, true)
+	c.upd.membership = true
 	off.alive++
 	c.alive++
 	c.ledger[m.ID] = &record{Record: Record{MachineID: m.ID, Pool: m.Pool, Offering: m.Offering,
@@ -394,11 +405,57 @@ func (c *Cloud) ListSharedInto(ctx context.Context, f provider.Filter, dst []pro
 	return c.list(ctx, f, false, dst)
 }
 
+// ListSharedUpdate is ListSharedInto for a caller that lists the same pool
+// over and over and keeps what it got: prev is the list the last call
+// returned and token that call's token. When no machine was added or
+// removed since, the entries of the machines that changed are updated in
+// prev itself and prev is returned (inPlace); otherwise (or for a filter
+// on states, another caller's token, or a first call) the list is built
+// into dst[:0], which must not share memory with prev. Either way the list
+// is the one ListShared would return, and the same API errors are
+// injected; on an error prev is untouched and token stays valid.
+func (c *Cloud) ListSharedUpdate(ctx context.Context, f provider.Filter, prev []provider.Machine, token uint64,
+	dst []provider.Machine) (list []provider.Machine, next uint64, inPlace bool, err error) {
+	if _, _, err := c.begin(ctx, false); err != nil {
+		return nil, token, false, fmt.Errorf("list machines: %w", err)
+	}
+	defer c.mu.Unlock()
+	u := &c.upd
+	inPlace = u.on && token != 0 && token == u.token && !u.membership && len(f.States) == 0 && f.Pool == u.pool
+	for i := 0; inPlace && i < len(u.mods); i++ {
+		m := u.mods[i]
+		if !f.Matches(&m.Machine) {
+			continue
+		}
+		j, ok := slices.BinarySearchFunc(prev, m.ID, func(x provider.Machine, id string) int { return strings.Compare(x.ID, id) })
+		if !ok {
+			inPlace = false // not listed last time: build it anew
+			break
+		}
+		prev[j] = m.Machine
+	}
+	if inPlace {
+		list = prev
+	} else {
+		list = c.listLocked(f, false, dst)
+	}
+	u.on, u.membership, u.pool = true, false, f.Pool
+	clear(u.mods)
+	u.mods = u.mods[:0]
+	u.token++
+	return list, u.token, inPlace, nil
+}
+
 func (c *Cloud) list(ctx context.Context, f provider.Filter, clone bool, dst []provider.Machine) ([]provider.Machine, error) {
 	if _, _, err := c.begin(ctx, false); err != nil {
 		return nil, fmt.Errorf("list machines: %w", err)
 	}
 	defer c.mu.Unlock()
+	return c.listLocked(f, clone, dst), nil
+}
+
+// listLocked is list with the lock held and the API error drawn.
+func (c *Cloud) listLocked(f provider.Filter, clone bool, dst []provider.Machine) []provider.Machine {
 	src, ok := c.sorted[f.Pool]
 	if !ok {
 		all := c.machines
@@ -424,7 +481,7 @@ func (c *Cloud) list(ctx context.Context, f provider.Filter, clone bool, dst []p
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // startTransition moves m into a transitional state at now and schedules its
@@ -542,6 +599,7 @@ func (c *Cloud) remove(now time.Time, m *machine, why string) {
 	delete(c.machines, m.ID)
 	delete(c.pools[m.Pool], m.ID)
 	c.resort(m, false)
+	c.upd.membership = true
 	if len(c.pools[m.Pool]) == 0 {
 		delete(c.pools, m.Pool)
 	}
@@ -558,6 +616,9 @@ func (c *Cloud) remove(now time.Time, m *machine, why string) {
 func (c *Cloud) note(m *machine) {
 	if c.watch {
 		c.changed = append(c.changed, m.ID)
+	}
+	if c.upd.on {
+		c.upd.mods = append(c.upd.mods, m)
 	}
 }
 
