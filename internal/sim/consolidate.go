@@ -172,8 +172,13 @@ func (e *engine) movable(n *node) bool {
 	return true
 }
 
-// moveOff carries out a move: n is cordoned and its groups are queued
-// again, counted as moved with the work they lose. A group of work that
+// moveOff carries out a move: n is cordoned and its groups are stopped,
+// counted as moved with the work they lose, and started again at once on
+// the nodes Decide planned them on (m.Targets), as the head does live:
+// placing them by the scheduler's score instead would spread them over
+// part-used nodes, which then hold work that has moved once and may not
+// move again. What no longer fits its target (it cannot happen within one
+// step, but is checked) is queued for the scheduler. A group of work that
 // may not move is an invariant violation (Decide never proposes one).
 func (e *engine) moveOff(n *node, m consolidate.Move) {
 	n.cordoned = true
@@ -194,6 +199,20 @@ func (e *engine) moveOff(n *node, m consolidate.Move) {
 		e.stop(g)
 		gr.ran, gr.moved = true, true
 		e.enqueue(g)
+	}
+	for _, t := range m.Targets {
+		g64, err := strconv.ParseInt(t.Instance, 10, 32)
+		if err != nil {
+			continue
+		}
+		g := int32(g64)
+		dst := e.byMachine[t.Node]
+		gr := &e.groups[g]
+		if dst == nil || !dst.schedulable() || gr.state != instQueued || t.Count <= 0 || int32(t.Count) > gr.count ||
+			!e.shapes[gr.shape].Scale(int64(t.Count)).Fits(dst.capacity.Sub(dst.alloc)) {
+			continue // left queued: the scheduler places it
+		}
+		e.begin(g, dst, int32(t.Count))
 	}
 	e.res.Consolidated++
 	e.res.ExpectedSaving += m.Saving
