@@ -242,28 +242,43 @@ func Decide(cfg Config, in Input) Decision {
 	})
 	// Destinations: the busy schedulable nodes, with their free space,
 	// packed fullest first (best fit: the moved work joins the nodes that
-	// are kept anyway and leaves the part-used ones free to go next).
-	free := make([]capacity.Resources, len(in.Nodes))
-	dest := make([]bool, len(in.Nodes))
-	fullness := make([]float64, len(in.Nodes))
-	order := make([]int, 0, len(in.Nodes))
-	for i := range in.Nodes {
-		n := &in.Nodes[i]
-		if !n.Cordoned && n.busy() {
-			dest[i] = true
-			a := n.allocated()
-			free[i] = n.Capacity.Sub(a)
-			fullness[i] = share(a, n.Capacity)
-			order = append(order, i)
+	// are kept anyway and leaves the part-used ones free to go next). The
+	// order is built when the first candidate gets that far.
+	var free []capacity.Resources
+	var dest []bool
+	var order []int
+	destinations := func() {
+		free = make([]capacity.Resources, len(in.Nodes))
+		dest = make([]bool, len(in.Nodes))
+		fullness := make([]float64, len(in.Nodes))
+		order = make([]int, 0, len(in.Nodes))
+		for i := range in.Nodes {
+			n := &in.Nodes[i]
+			if !n.Cordoned && n.busy() {
+				dest[i] = true
+				a := n.allocated()
+				free[i] = n.Capacity.Sub(a)
+				fullness[i] = share(a, n.Capacity)
+				order = append(order, i)
+			}
 		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(fullness[b], fullness[a]) })
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(fullness[b], fullness[a]) })
 	kept := total
 	received := make([]bool, len(in.Nodes))
-	var why []string
+	// Why candidates did not move: the first reason, and how many more.
+	var why string
+	more := 0
+	note := func(format string, args ...any) {
+		if why == "" {
+			why = fmt.Sprintf(format, args...)
+		} else {
+			more++
+		}
+	}
 	for _, c := range cands {
 		if len(d.Moves) == allowed {
-			why = append(why, fmt.Sprintf("budget allows %d now (%s)", allowed, cfg.budgetText(in.Now, total)))
+			note("budget allows %d now (%s)", allowed, cfg.budgetText(in.Now, total))
 			break
 		}
 		n := &in.Nodes[c.i]
@@ -271,19 +286,22 @@ func Decide(cfg Config, in Input) Decision {
 			continue // it holds work moved here in this decision
 		}
 		if kept-1 < in.MinNodes {
-			why = append(why, fmt.Sprintf("the pool is at its floor of %d nodes", in.MinNodes))
+			note("the pool is at its floor of %d nodes", in.MinNodes)
 			break
 		}
 		saving := n.PricePerHour * cfg.Horizon.Hours()
 		if !cfg.IgnoreLostWork && !(saving > c.lost) {
-			why = append(why, fmt.Sprintf("node %s: saving $%.2f does not outweigh $%.2f of lost work", n.ID, saving, c.lost))
+			note("node %s: saving $%.2f does not outweigh $%.2f of lost work", n.ID, saving, c.lost)
 			continue
+		}
+		if order == nil {
+			destinations()
 		}
 		dest[c.i] = false
 		placed, targets, ok := fits(n, in.Nodes, order, free, dest, received)
 		if !ok {
 			dest[c.i] = n.busy() // still a destination for others
-			why = append(why, fmt.Sprintf("node %s: its work fits no other node's free space", n.ID))
+			note("node %s: its work fits no other node's free space", n.ID)
 			continue
 		}
 		free = placed
@@ -297,10 +315,10 @@ func Decide(cfg Config, in Input) Decision {
 		}
 		d.Moves = append(d.Moves, m)
 	}
-	if len(why) > 0 {
-		d.Reason = why[0]
-		if len(why) > 1 {
-			d.Reason += fmt.Sprintf(" (and %d more)", len(why)-1)
+	if why != "" {
+		d.Reason = why
+		if more > 0 {
+			d.Reason += fmt.Sprintf(" (and %d more)", more)
 		}
 	}
 	return d
@@ -381,21 +399,37 @@ func lostWork(n *Node, now time.Time) (cost, hours float64) {
 // ok=false when some instance fits nowhere. The nodes that take some of it
 // are marked received: they are no longer candidates in this decision.
 func fits(n *Node, nodes []Node, order []int, free []capacity.Resources, dest, received []bool) ([]capacity.Resources, []Target, bool) {
+	var groups []capacity.Pending
+	var entry []int
+	var least capacity.Resources // the smallest item in each of CPU, memory, GPUs
+	for i := range n.Instances {
+		if !n.Instances[i].Daemon {
+			r := n.Instances[i].Requests
+			if len(groups) == 0 {
+				least = capacity.Resources{MilliCPU: r.MilliCPU, Memory: r.Memory, GPUs: r.GPUs}
+			} else {
+				least = capacity.Resources{MilliCPU: min(least.MilliCPU, r.MilliCPU), Memory: min(least.Memory, r.Memory), GPUs: min(least.GPUs, r.GPUs)}
+			}
+			groups = append(groups, capacity.Pending{Requests: r, Count: n.Instances[i].count()})
+			entry = append(entry, i)
+		}
+	}
+	// Only destinations with room for the smallest item can take any:
+	// first fit skips the others, so they are left out, which keeps the
+	// packing small on a large pool of mostly full nodes.
 	var idx []int
 	var space []capacity.Resources
 	for _, i := range order {
-		if dest[i] {
+		if dest[i] && least.Fits(free[i]) {
 			idx = append(idx, i)
 			space = append(space, free[i])
 		}
 	}
-	var groups []capacity.Pending
-	var entry []int
-	for i := range n.Instances {
-		if !n.Instances[i].Daemon {
-			groups = append(groups, capacity.Pending{Requests: n.Instances[i].Requests, Count: n.Instances[i].count()})
-			entry = append(entry, i)
-		}
+	switch {
+	case len(groups) == 0:
+		return slices.Clone(free), nil, true
+	case len(space) == 0:
+		return nil, nil, false
 	}
 	res := binpack.Pack(groups, nil, binpack.WithFree(space), binpack.WithMaxNew(0))
 	if res.UnplacedTotal > 0 {

@@ -36,7 +36,8 @@ type consolidation struct {
 	quiet   [6]int
 	quietOK bool
 	// Scratch.
-	in consolidate.Input
+	in  consolidate.Input
+	buf []consolidate.Instance
 }
 
 // signature changes whenever a node's work or the node set changes.
@@ -114,38 +115,53 @@ func (e *engine) consolidate() {
 		return // the free space is the waiting work's (Decide says the same)
 	}
 	sig := e.signature()
-	for _, ns := range e.ctl.Status().Nodes {
+	candidates := 0
+	for _, n := range e.nodes {
+		if n != nil && e.movable(n) {
+			candidates++
+		}
+	}
+	if candidates == 0 {
+		c.quiet, c.quietOK = sig, true
+		return
+	}
+	for _, ns := range e.ctl.Status().Nodes { // as the live consolidator counts them
 		if ns.Draining {
 			disrupting++
 		}
 	}
 	in := &c.in
 	*in = consolidate.Input{Now: e.now, Disrupting: disrupting, MinNodes: e.pcfg.Nodes.Min, Nodes: in.Nodes[:0]}
-	candidates := 0
+	// One backing array for every node's entries, reused between passes.
+	buf := c.buf[:0]
+	offering, price := "", 0.0 // the last node's, looked up once per run of one offering
 	for _, n := range e.nodes {
 		if n == nil {
 			continue
 		}
+		if n.offering != offering {
+			offering, price = n.offering, e.offs[n.offering].PricePerHour
+		}
 		cn := consolidate.Node{ID: n.machine, Ordinal: n.ordinal, Capacity: n.capacity,
-			PricePerHour: e.offs[n.offering].PricePerHour, Cordoned: n.cordoned,
+			PricePerHour: price, Cordoned: n.cordoned,
 			Protected: e.pcfg.ProtectFirstNode && n.ordinal == 0}
+		from := len(buf)
 		if e.movable(n) {
-			candidates++
 			for _, g := range n.groups {
 				gr := &e.groups[g]
-				cn.Instances = append(cn.Instances, consolidate.Instance{ID: strconv.Itoa(int(g)),
+				buf = append(buf, consolidate.Instance{ID: strconv.Itoa(int(g)),
 					Requests: e.shapes[gr.shape], Restartable: true, StartedAt: gr.started, Count: int(gr.count), Moved: gr.moved})
 			}
 		} else if n.busy() {
 			// Only its free space matters: one entry for what it holds.
-			cn.Instances = []consolidate.Instance{{ID: "held", Requests: n.alloc}}
+			buf = append(buf, consolidate.Instance{ID: "held", Requests: n.alloc})
+		}
+		if len(buf) > from {
+			cn.Instances = buf[from:len(buf):len(buf)]
 		}
 		in.Nodes = append(in.Nodes, cn)
 	}
-	if candidates == 0 {
-		c.quiet, c.quietOK = sig, true
-		return
-	}
+	c.buf = buf
 	d := consolidate.Decide(c.cfg, *in)
 	if len(d.Moves) == 0 {
 		c.quiet, c.quietOK = sig, true
