@@ -32,16 +32,19 @@ const CodeBatching = "batching"
 // The burst spare: arrivals come in bursts, and an instance that arrives
 // after a scale-up waits a whole boot. So when a backlog needs more new
 // nodes than are already booting (the burst goes on while the pool grows),
-// or needs 16 new nodes or more at once, tide asks for 2 spare nodes plus
-// 1 per 10 new nodes. A backlog that the booting nodes cover asks for
-// nothing more (no double provisioning), and the first, small scale-up of
-// a burst is exact. An unused spare is an empty node and goes after
-// IdleTimeout like any other. On the Philly, Google 2011 and Azure LLM
-// traces this cut tide's p95 wait to the seed policies' or below for under
-// 1 % more node-hours on Philly and Google (docs/benchmarks.md). Measured
-// against a spare only for bursts that double the pool: that one is 0.5 %
-// cheaper on Philly but waits 5 s (Philly) to 12 s (Google) longer at p95,
-// behind Karpenter's and the seed policies'.
+// or needs 16 new nodes or more at once, tide asks for 1 spare node per 10
+// new nodes. A backlog that the booting nodes cover asks for nothing more
+// (no double provisioning), and the first, small scale-up of a burst is
+// exact. An unused spare is an empty node and goes after IdleTimeout like
+// any other. The spare used to be 2 nodes plus 1 per 10: measured on
+// Philly, the 2 nodes bought for every small burst catch long small jobs
+// and stay part-used for days (tide's busy node-hours were 0.6 % above
+// Karpenter's, who keeps no spare); without them tide is cheaper than
+// Karpenter and every seed policy on Philly, Google 2011 and Azure LLM at
+// an equal or better p95 (docs/benchmarks.md, "Scaling quality III").
+//
+// The batch window is 1 s (it was 2 s): the backlog of a burst is bought
+// a second earlier, which on Philly cut both node-hours and the p95 wait.
 //
 // Empty nodes go after TideIdleTimeout (10 s) unless the pool sets
 // idle_timeout: measured on the same traces, a node kept empty for a minute
@@ -317,7 +320,7 @@ func tideMax(a, b capacity.Resources) capacity.Resources {
 // tideBurstPer new nodes, at once for a backlog of tideBurstAtOnce new
 // nodes or more.
 const (
-	tideBurstBase   = 2
+	tideBurstBase   = 0
 	tideBurstPer    = 10
 	tideBurstAtOnce = 16
 )
