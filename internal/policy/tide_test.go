@@ -224,15 +224,15 @@ func TestTideDecide(t *testing.T) {
 			wantText: "44 queued instances need 11 new nodes and 1 spare",
 		},
 		{
-			// 64 tasks need 16 new nodes: the burst spare comes at once, 16/10.
+			// 64 tasks need 16 new nodes: the burst spare comes at once, 2 + 16/10.
 			name: "a backlog of 16 new nodes or more gets the burst spare at once",
 			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 0,
 			pending: []capacity.Pending{tidePending(tideTask, 64)}, state: waited,
-			want: 17, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 16}}, wantCost: 3.2,
-			wantText: "64 queued instances need 16 new nodes and 1 spare",
+			want: 19, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 16}}, wantCost: 3.2,
+			wantText: "64 queued instances need 16 new nodes and 3 spare",
 		},
 		{
-			// Headroom 4 beats the burst spare of 16/10 = 1.
+			// Headroom 4 beats the burst spare of 2 + 16/10 = 3.
 			name: "headroom above the burst spare wins",
 			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}, func(c *Config) { c.Headroom = 4 }), desired: 0,
 			pending: []capacity.Pending{tidePending(tideTask, 64)}, state: waited,
@@ -396,12 +396,12 @@ func TestTideBurst(t *testing.T) {
 
 // TestBurstSpare: none while the backlog fits the nodes booting or for a
 // small first scale-up; 1 per 10 new nodes when the backlog outgrows the
-// nodes booting or needs 16 new nodes or more.
+// nodes booting; 2 + 1 per 10 when it needs 16 new nodes or more at once.
 func TestBurstSpare(t *testing.T) {
 	tests := []struct {
 		newNodes, booting, want int
 	}{
-		{0, 0, 0}, {0, 3, 0}, {1, 0, 0}, {15, 0, 0}, {16, 0, 1}, {830, 0, 83},
+		{0, 0, 0}, {0, 3, 0}, {1, 0, 0}, {15, 0, 0}, {16, 0, 3}, {830, 0, 85},
 		{3, 3, 0}, {2, 5, 0}, {4, 3, 0}, {12, 2, 1}, {25, 24, 2},
 	}
 	for _, tt := range tests {
