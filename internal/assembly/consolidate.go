@@ -141,7 +141,11 @@ func (c *consolidator) pass(ctx context.Context) error {
 	d := consolidate.Decide(c.cfg, in)
 	var errs []error
 	for _, m := range d.Moves {
-		ids, err := c.h.MoveOff(ctx, m.Node)
+		targets := make(map[string]string, len(m.Targets))
+		for _, t := range m.Targets {
+			targets[t.Instance] = t.Node
+		}
+		ids, err := c.h.MoveOff(ctx, m.Node, targets)
 		if errors.Is(err, head.ErrNotMovable) {
 			c.log.Info("consolidation move abandoned", "worker", m.Node, "err", err)
 			continue

@@ -73,6 +73,8 @@ func TestSimulateJSON(t *testing.T) {
 			Consol    int     `json:"consolidated_nodes"`
 			Moved     int     `json:"moved_instances"`
 			LostWork  float64 `json:"lost_work_instance_hours"`
+			Idle      float64 `json:"idle_node_hours"`
+			Outside   float64 `json:"outside_node_hours"`
 		} `json:"policies"`
 	}
 	dec := json.NewDecoder(strings.NewReader(out))
@@ -86,7 +88,8 @@ func TestSimulateJSON(t *testing.T) {
 	var names []string
 	for _, p := range rep.Policies {
 		names = append(names, p.Policy)
-		if p.Disrupted != 0 || p.NodeHours <= 0 || p.Scale == 0 || p.Util <= 0 || p.Util > 1 || p.P50 > p.P95 || p.P95 > p.P99 {
+		if p.Disrupted != 0 || p.NodeHours <= 0 || p.Scale == 0 || p.Util <= 0 || p.Util > 1 || p.P50 > p.P95 || p.P95 > p.P99 ||
+			p.Idle < 0 || p.Outside <= 0 || p.Idle+p.Outside >= p.NodeHours {
 			t.Errorf("implausible figures: %+v", p)
 		}
 	}

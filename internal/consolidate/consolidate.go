@@ -17,8 +17,11 @@
 //     once, so churn never starves it), and the node is neither protected
 //     nor cordoned;
 //   - its instances all fit the free space of the pool's other busy nodes
-//     (binpack.Pack, first fit decreasing, no new node), after the moves
-//     already chosen in the same decision;
+//     (binpack.Pack, first fit decreasing over the fullest nodes first, no
+//     new node), after the moves already chosen in the same decision; the
+//     move names where each instance goes (Move.Targets), so that whoever
+//     carries it out places the work there and not where a placement
+//     score would spread it;
 //   - the saving, the node's price over Horizon, outweighs the work lost:
 //     the time each moved instance has run in its current attempt × its
 //     share of the node (its dominant share of the node's capacity) × the
@@ -152,6 +155,20 @@ type Move struct {
 	LostHours float64
 	// Utilization is the node's use in percent (its largest dimension).
 	Utilization float64
+	// Targets say where the moved instances go: the destinations Decide
+	// packed them on, by destination. An entry standing for several
+	// instances (Count) may be split over several targets.
+	Targets []Target
+}
+
+// Target is where some of a move's instances go.
+type Target struct {
+	// Instance is the id of the moved entry (one of Move.Instances).
+	Instance string
+	// Node is the destination node's ID.
+	Node string
+	// Count is how many of the entry's instances go there.
+	Count int
 }
 
 // String says what the move does and why, for events and logs.
@@ -223,22 +240,45 @@ func Decide(cfg Config, in Input) Decision {
 		return cmp.Or(cmp.Compare(a.lost, b.lost), cmp.Compare(a.util, b.util),
 			cmp.Compare(in.Nodes[b.i].Ordinal, in.Nodes[a.i].Ordinal))
 	})
-	// Destinations: the busy schedulable nodes, with their free space.
-	free := make([]capacity.Resources, len(in.Nodes))
-	dest := make([]bool, len(in.Nodes))
-	for i := range in.Nodes {
-		n := &in.Nodes[i]
-		if !n.Cordoned && n.busy() {
-			dest[i] = true
-			free[i] = n.Capacity.Sub(n.allocated())
+	// Destinations: the busy schedulable nodes, with their free space,
+	// packed fullest first (best fit: the moved work joins the nodes that
+	// are kept anyway and leaves the part-used ones free to go next). The
+	// order is built when the first candidate gets that far.
+	var free []capacity.Resources
+	var dest []bool
+	var order []int
+	destinations := func() {
+		free = make([]capacity.Resources, len(in.Nodes))
+		dest = make([]bool, len(in.Nodes))
+		fullness := make([]float64, len(in.Nodes))
+		order = make([]int, 0, len(in.Nodes))
+		for i := range in.Nodes {
+			n := &in.Nodes[i]
+			if !n.Cordoned && n.busy() {
+				dest[i] = true
+				a := n.allocated()
+				free[i] = n.Capacity.Sub(a)
+				fullness[i] = share(a, n.Capacity)
+				order = append(order, i)
+			}
 		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(fullness[b], fullness[a]) })
 	}
 	kept := total
 	received := make([]bool, len(in.Nodes))
-	var why []string
+	// Why candidates did not move: the first reason, and how many more.
+	var why string
+	more := 0
+	note := func(format string, args ...any) {
+		if why == "" {
+			why = fmt.Sprintf(format, args...)
+		} else {
+			more++
+		}
+	}
 	for _, c := range cands {
 		if len(d.Moves) == allowed {
-			why = append(why, fmt.Sprintf("budget allows %d now (%s)", allowed, cfg.budgetText(in.Now, total)))
+			note("budget allows %d now (%s)", allowed, cfg.budgetText(in.Now, total))
 			break
 		}
 		n := &in.Nodes[c.i]
@@ -246,24 +286,27 @@ func Decide(cfg Config, in Input) Decision {
 			continue // it holds work moved here in this decision
 		}
 		if kept-1 < in.MinNodes {
-			why = append(why, fmt.Sprintf("the pool is at its floor of %d nodes", in.MinNodes))
+			note("the pool is at its floor of %d nodes", in.MinNodes)
 			break
 		}
 		saving := n.PricePerHour * cfg.Horizon.Hours()
 		if !cfg.IgnoreLostWork && !(saving > c.lost) {
-			why = append(why, fmt.Sprintf("node %s: saving $%.2f does not outweigh $%.2f of lost work", n.ID, saving, c.lost))
+			note("node %s: saving $%.2f does not outweigh $%.2f of lost work", n.ID, saving, c.lost)
 			continue
 		}
+		if order == nil {
+			destinations()
+		}
 		dest[c.i] = false
-		placed, ok := fits(n, in.Nodes, free, dest, received)
+		placed, targets, ok := fits(n, in.Nodes, order, free, dest, received)
 		if !ok {
 			dest[c.i] = n.busy() // still a destination for others
-			why = append(why, fmt.Sprintf("node %s: its work fits no other node's free space", n.ID))
+			note("node %s: its work fits no other node's free space", n.ID)
 			continue
 		}
 		free = placed
 		kept--
-		m := Move{Node: n.ID, Ordinal: n.Ordinal, Saving: saving, LostWork: c.lost, LostHours: c.hrs, Utilization: c.util}
+		m := Move{Node: n.ID, Ordinal: n.Ordinal, Saving: saving, LostWork: c.lost, LostHours: c.hrs, Utilization: c.util, Targets: targets}
 		for j := range n.Instances {
 			if !n.Instances[j].Daemon {
 				m.Instances = append(m.Instances, n.Instances[j].ID)
@@ -272,10 +315,10 @@ func Decide(cfg Config, in Input) Decision {
 		}
 		d.Moves = append(d.Moves, m)
 	}
-	if len(why) > 0 {
-		d.Reason = why[0]
-		if len(why) > 1 {
-			d.Reason += fmt.Sprintf(" (and %d more)", len(why)-1)
+	if why != "" {
+		d.Reason = why
+		if more > 0 {
+			d.Reason += fmt.Sprintf(" (and %d more)", more)
 		}
 	}
 	return d
@@ -351,37 +394,59 @@ func lostWork(n *Node, now time.Time) (cost, hours float64) {
 }
 
 // fits packs n's non-daemon instances into the free space of the
-// destination nodes (first fit decreasing, no new node) and returns the
-// free space after the move, or ok=false when some instance fits nowhere.
-// The nodes that take some of it are marked received: they are no longer
-// candidates in this decision.
-func fits(n *Node, nodes []Node, free []capacity.Resources, dest, received []bool) ([]capacity.Resources, bool) {
+// destination nodes, visited in order (first fit decreasing, no new node),
+// and returns the free space after the move and where each entry goes, or
+// ok=false when some instance fits nowhere. The nodes that take some of it
+// are marked received: they are no longer candidates in this decision.
+func fits(n *Node, nodes []Node, order []int, free []capacity.Resources, dest, received []bool) ([]capacity.Resources, []Target, bool) {
+	var groups []capacity.Pending
+	var entry []int
+	var least capacity.Resources // the smallest item in each of CPU, memory, GPUs
+	for i := range n.Instances {
+		if !n.Instances[i].Daemon {
+			r := n.Instances[i].Requests
+			if len(groups) == 0 {
+				least = capacity.Resources{MilliCPU: r.MilliCPU, Memory: r.Memory, GPUs: r.GPUs}
+			} else {
+				least = capacity.Resources{MilliCPU: min(least.MilliCPU, r.MilliCPU), Memory: min(least.Memory, r.Memory), GPUs: min(least.GPUs, r.GPUs)}
+			}
+			groups = append(groups, capacity.Pending{Requests: r, Count: n.Instances[i].count()})
+			entry = append(entry, i)
+		}
+	}
+	// Only destinations with room for the smallest item can take any:
+	// first fit skips the others, so they are left out, which keeps the
+	// packing small on a large pool of mostly full nodes.
 	var idx []int
 	var space []capacity.Resources
-	for i := range nodes {
-		if dest[i] {
+	for _, i := range order {
+		if dest[i] && least.Fits(free[i]) {
 			idx = append(idx, i)
 			space = append(space, free[i])
 		}
 	}
-	var groups []capacity.Pending
-	for i := range n.Instances {
-		if !n.Instances[i].Daemon {
-			groups = append(groups, capacity.Pending{Requests: n.Instances[i].Requests, Count: n.Instances[i].count()})
-		}
+	switch {
+	case len(groups) == 0:
+		return slices.Clone(free), nil, true
+	case len(space) == 0:
+		return nil, nil, false
 	}
 	res := binpack.Pack(groups, nil, binpack.WithFree(space), binpack.WithMaxNew(0))
 	if res.UnplacedTotal > 0 {
-		return nil, false
+		return nil, nil, false
 	}
 	out := slices.Clone(free)
+	var targets []Target
 	for k, e := range res.Existing {
 		out[idx[k]] = out[idx[k]].Sub(e.Used)
 		if e.Items > 0 {
 			received[idx[k]] = true
 		}
+		for _, p := range e.Placements {
+			targets = append(targets, Target{Instance: n.Instances[entry[p.Group]].ID, Node: nodes[idx[k]].ID, Count: p.Count})
+		}
 	}
-	return out, true
+	return out, targets, true
 }
 
 // ceilPercent is roundup(total × pct / 100).

@@ -1,6 +1,7 @@
 package consolidate
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +213,39 @@ func TestNoMoveOntoAMovedNode(t *testing.T) {
 	d := Decide(on(Config{Budgets: []Budget{{Nodes: 2}}}), Input{Now: noon, Nodes: nodes})
 	if len(d.Moves) != 1 || d.Moves[0].Node != "a" {
 		t.Fatalf("moves %+v, want a onto b only (%s)", d.Moves, d.Reason)
+	}
+}
+
+// TestMoveTargets: a move names where its work goes, the fullest
+// destinations first, an entry of several instances split where one node
+// cannot take them all; the targets account for every moved instance and
+// respect each destination's free space.
+func TestMoveTargets(t *testing.T) {
+	g := cores("g", 1, true, time.Minute)
+	g.Count = 3
+	nodes := []Node{
+		node8("a", 0, g, cores("a2", 1, true, time.Minute)),
+		node8("half", 1, cores("h1", 4, false, time.Hour)),  // 4 free
+		node8("full", 2, cores("f1", 6, false, time.Hour)),  // 2 free
+		node8("light", 3, cores("l1", 5, false, time.Hour)), // 3 free
+	}
+	d := Decide(on(Config{MaxUtilization: 50}), Input{Now: noon, Nodes: nodes})
+	if len(d.Moves) != 1 || d.Moves[0].Node != "a" {
+		t.Fatalf("moves %+v (%s)", d.Moves, d.Reason)
+	}
+	var got []string
+	per := map[string]int{}
+	for _, tg := range d.Moves[0].Targets {
+		got = append(got, fmt.Sprintf("%s:%d@%s", tg.Instance, tg.Count, tg.Node))
+		per[tg.Instance] += tg.Count
+	}
+	// Fullest first: "full" (6 of 8 used) takes 2, then "light" (5 used)
+	// takes the rest; "half" is not needed.
+	if want := "g:2@full,g:1@light,a2:1@light"; strings.Join(got, ",") != want {
+		t.Fatalf("targets %v, want %s", got, want)
+	}
+	if per["g"] != 3 || per["a2"] != 1 {
+		t.Fatalf("targets cover %v, want g:3 a2:1", per)
 	}
 }
 

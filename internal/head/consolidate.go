@@ -81,7 +81,12 @@ func consolidationInstance(in *store.Instance) consolidate.Instance {
 // that may not move, it lifts the cordon and returns ErrNotMovable having
 // moved nothing. The worker stays cordoned: scale-down drains it once it
 // is empty. It returns the ids moved.
-func (h *Head) MoveOff(ctx context.Context, worker string) ([]string, error) {
+//
+// targets maps a moved instance's id to the worker its move planned for it
+// (consolidate.Move.Targets): its next attempt goes there when it fits
+// (scheduler.Instance.PreferWorker), so that the placement score does not
+// spread the moved work over part-used workers and undo the repack.
+func (h *Head) MoveOff(ctx context.Context, worker string, targets map[string]string) ([]string, error) {
 	if err := h.Cordon(ctx, worker, true); err != nil {
 		return nil, err
 	}
@@ -101,6 +106,17 @@ func (h *Head) MoveOff(ctx context.Context, worker string) ([]string, error) {
 	for _, in := range active {
 		if in.Daemon {
 			continue
+		}
+		if t := targets[in.ID]; t != "" && t != worker {
+			// Before the move: a pass that sees it pending sees this too.
+			// A move that does not happen leaves an entry the next pass
+			// drops (the instance is not pending).
+			h.mu.Lock()
+			if h.prefer == nil {
+				h.prefer = map[string]string{}
+			}
+			h.prefer[in.ID] = t
+			h.mu.Unlock()
 		}
 		ok, err := h.st.MoveInstance(ctx, in.ID, in.Attempt, worker, store.ReasonMoved, h.clk.Now())
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -70,6 +71,10 @@ type Head struct {
 	pressure map[string]capacity.Pressure
 	// waiting is the last scheduling pass's reason per unplaced instance.
 	waiting map[string]string
+	// prefer maps an instance moved by consolidation to the worker its
+	// move planned for it (MoveOff), until it is placed or no longer
+	// pending.
+	prefer map[string]string
 	// checked holds the pending instances already checked for fitting no
 	// pool (each that fits none gets one event), under checkMu.
 	checkMu sync.Mutex
@@ -252,6 +257,9 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	}
 	start := time.Now()
 	now := h.clk.Now()
+	h.mu.Lock()
+	prefer := maps.Clone(h.prefer) // taken before the state: entries added later are kept below
+	h.mu.Unlock()
 	st, err := h.st.SchedulingState(ctx)
 	if err != nil {
 		return 0, err
@@ -271,6 +279,9 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 			out[i] = scheduler.Instance{ID: s.ID, Attempt: s.Attempt, Pool: s.Pool, Requests: s.Requests,
 				Exclusive: s.Exclusive, Daemon: s.Daemon, TargetWorker: s.TargetWorker, GPUIndices: gpus,
 				Worker: s.Worker, QueuedAt: s.QueuedAt}
+			if s.Status == store.StatusPending && len(prefer) > 0 {
+				out[i].PreferWorker = prefer[s.ID]
+			}
 		}
 		return out
 	}
@@ -302,6 +313,22 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	h.m.cycle.Observe(time.Since(start).Seconds())
 	h.mu.Lock()
 	h.waiting = res.Waiting
+	if len(prefer) > 0 {
+		// A planned destination serves one placement: drop those placed
+		// now and those no longer pending (of the entries this pass saw).
+		still := make(map[string]bool, len(st.Pending))
+		for _, s := range st.Pending {
+			still[s.ID] = true
+		}
+		for _, a := range applied {
+			delete(still, a.InstanceID)
+		}
+		for id := range prefer {
+			if !still[id] && h.prefer[id] == prefer[id] {
+				delete(h.prefer, id)
+			}
+		}
+	}
 	h.mu.Unlock()
 	h.reportUnfit(ctx, st, res.Waiting)
 	h.publish(res.Pressure)

@@ -47,7 +47,7 @@ type Config struct {
 	ScaleDownDelay time.Duration
 
 	// BatchWindow is how long the tide policy lets a new backlog accumulate
-	// before it scales up, so one decision covers a burst (default 2s).
+	// before it scales up, so one decision covers a burst (default 1s).
 	BatchWindow time.Duration
 	// Headroom is the number of spare nodes the tide policy keeps (default 0).
 	Headroom int
@@ -90,7 +90,7 @@ func (c *Config) Validate() error {
 	setDur(&c.IdleTimeout, 60*time.Second)
 	setDur(&c.MetricPeriod, time.Minute)
 	setDur(&c.ScaleDownDelay, 10*time.Minute)
-	setDur(&c.BatchWindow, 2*time.Second)
+	setDur(&c.BatchWindow, time.Second)
 	setInt(&c.SlotsPerNode, 1)
 	setInt(&c.TargetCapacity, 100)
 	setInt(&c.MinStep, 1)

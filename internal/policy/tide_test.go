@@ -100,14 +100,14 @@ func TestTideDecide(t *testing.T) {
 			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 1,
 			nodes:   []capacity.Node{tideNode("a", 4)},
 			pending: []capacity.Pending{tidePending(tideTask, 8)},
-			want:    1, wantCode: CodeBatching, wantText: "8 queued instances batched for 0ms of the 2000ms window",
+			want:    1, wantCode: CodeBatching, wantText: "8 queued instances batched for 0ms of the 1000ms window",
 		},
 		{
 			name: "batching: backlog younger than the window",
 			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 1,
 			nodes:   []capacity.Node{tideNode("a", 4)},
 			pending: []capacity.Pending{tidePending(tideTask, 8)},
-			state:   State{PendingSince: tideT0.Add(-1999 * time.Millisecond)},
+			state:   State{PendingSince: tideT0.Add(-999 * time.Millisecond)},
 			want:    1, wantCode: CodeBatching,
 		},
 		{
@@ -214,14 +214,14 @@ func TestTideDecide(t *testing.T) {
 			wantText: "8 queued instances need 3 nodes; 4 already requested",
 		},
 		{
-			// 1 joined and 1 booting; 12 tasks need 3 new nodes, more than
-			// the 1 booting: the burst goes on, so 2 spare nodes come too.
+			// 1 joined and 1 booting; 44 tasks need 11 new nodes, more than
+			// the 1 booting: the burst goes on, so 11/10 = 1 spare comes too.
 			name: "a backlog that outgrows the nodes booting gets the burst spare",
 			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 2,
 			nodes:   []capacity.Node{tideNode("a", 4)},
-			pending: []capacity.Pending{tidePending(tideTask, 12)}, state: waited,
-			want: 6, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 3}}, wantCost: 0.6,
-			wantText: "12 queued instances need 3 new nodes and 2 spare",
+			pending: []capacity.Pending{tidePending(tideTask, 44)}, state: waited,
+			want: 13, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 11}}, wantCost: 2.2,
+			wantText: "44 queued instances need 11 new nodes and 1 spare",
 		},
 		{
 			// 64 tasks need 16 new nodes: the burst spare comes at once, 2 + 16/10.
@@ -356,11 +356,11 @@ func TestTideBurst(t *testing.T) {
 		wantCode string
 	}{
 		{0, 5, nodes, 1, CodeBatching},
-		{time.Second, 25, nodes, 1, CodeBatching},
-		{1900 * time.Millisecond, 39, nodes, 1, CodeBatching},
-		{2 * time.Second, 40, nodes, 11, CodeScaleUp}, // the whole burst: 40 tasks, 4 per node
-		{3 * time.Second, 40, nodes, 11, CodeSteady},  // booting: already requested
-		{time.Minute, 0, nil, 11, CodeSteady},         // all placed
+		{500 * time.Millisecond, 25, nodes, 1, CodeBatching},
+		{950 * time.Millisecond, 39, nodes, 1, CodeBatching},
+		{time.Second, 40, nodes, 11, CodeScaleUp},    // the whole burst: 40 tasks, 4 per node
+		{2 * time.Second, 40, nodes, 11, CodeSteady}, // booting: already requested
+		{time.Minute, 0, nil, 11, CodeSteady},        // all placed
 		{time.Minute + time.Second, 4, nodes, 11, CodeBatching},
 	}
 	desired, st := 1, State{}
@@ -395,14 +395,14 @@ func TestTideBurst(t *testing.T) {
 }
 
 // TestBurstSpare: none while the backlog fits the nodes booting or for a
-// small first scale-up; 2 + 1 per 10 new nodes when the backlog outgrows
-// the nodes booting or needs 16 new nodes or more.
+// small first scale-up; 1 per 10 new nodes when the backlog outgrows the
+// nodes booting; 2 + 1 per 10 when it needs 16 new nodes or more at once.
 func TestBurstSpare(t *testing.T) {
 	tests := []struct {
 		newNodes, booting, want int
 	}{
 		{0, 0, 0}, {0, 3, 0}, {1, 0, 0}, {15, 0, 0}, {16, 0, 3}, {830, 0, 85},
-		{3, 3, 0}, {2, 5, 0}, {4, 3, 2}, {12, 2, 3}, {25, 24, 4},
+		{3, 3, 0}, {2, 5, 0}, {4, 3, 0}, {12, 2, 1}, {25, 24, 2},
 	}
 	for _, tt := range tests {
 		if got := burstSpare(tt.newNodes, tt.booting); got != tt.want {
@@ -468,8 +468,8 @@ func TestTideBatchingAsksForARecheck(t *testing.T) {
 	in := Input{Now: tideT0, Desired: 1, Pressure: capacity.Pressure{
 		Nodes: []capacity.Node{tideNode("a", 4)}, Pending: []capacity.Pending{tidePending(tideTask, 8)}}}
 	d := p.Decide(in)
-	if d.Reason.Code != CodeBatching || !d.Recheck.Equal(tideT0.Add(2*time.Second)) {
-		t.Fatalf("batching decision: code %s recheck %v, want batching at +2s", d.Reason.Code, d.Recheck)
+	if d.Reason.Code != CodeBatching || !d.Recheck.Equal(tideT0.Add(time.Second)) {
+		t.Fatalf("batching decision: code %s recheck %v, want batching at +1s", d.Reason.Code, d.Recheck)
 	}
 	in.Now, in.State = d.Recheck, d.State
 	if d = p.Decide(in); d.Reason.Code != CodeScaleUp || !d.Recheck.IsZero() {

@@ -10,12 +10,16 @@ import (
 
 // Index keeps a pool's schedulable workers ordered as Place ranks them for a
 // simple instance (exclusive, no target worker, no GPU indices), so that
-// the best worker for a request is found without looking at every worker:
-// Place's score orders the workers that fit by free exclusive GPUs, then
-// free CPU, then free memory, then ordinal, for any such request (a
-// GPU-less request's "GPUs wasted" is the free GPU count itself). The index
-// holds that order in a B-tree; the best fit is the first entry, from the
-// request's GPUs and CPU on, whose memory (and extended resources) fit.
+// the best worker for a request is found without looking at every worker.
+// Place's score orders the workers that fit by free exclusive GPUs (a
+// GPU-less request's "GPUs wasted" is the free GPU count itself), then
+// busy before empty, then the rank of the direction of their free CPU and
+// memory for the request, then free room, then ordinal (score.go). The
+// index holds the workers in a B-tree by free GPUs, empty, direction, free
+// room and ordinal; the best fit is found by visiting, from the request's
+// GPUs on, each (empty, direction) class in the request's order, from its
+// first worker with enough room, to the first whose CPU, memory (and
+// extended resources) fit.
 //
 // It is the caller's mirror of its workers: Set a worker when its free
 // capacity changes or it becomes schedulable, Remove it when it is
@@ -29,19 +33,26 @@ type Index struct {
 
 // ixKey is a worker's place in the order.
 type ixKey struct {
-	gpus, cpu, mem int64 // free exclusive GPUs, millicores, bytes
-	ordinal        int
-	id             int
+	gpus    int64 // free exclusive GPUs
+	empty   bool  // nothing runs on it
+	dir     int8  // direction of its free CPU and memory
+	room    int64 // weighted free CPU and memory
+	ordinal int
+	id      int
+	cpu     int64 // free millicores (not part of the order)
+	mem     int64 // free bytes (not part of the order)
 }
 
 func (a ixKey) less(b ixKey) bool {
 	switch {
 	case a.gpus != b.gpus:
 		return a.gpus < b.gpus
-	case a.cpu != b.cpu:
-		return a.cpu < b.cpu
-	case a.mem != b.mem:
-		return a.mem < b.mem
+	case a.empty != b.empty:
+		return !a.empty
+	case a.dir != b.dir:
+		return a.dir < b.dir
+	case a.room != b.room:
+		return a.room < b.room
 	case a.ordinal != b.ordinal:
 		return a.ordinal < b.ordinal
 	}
@@ -74,8 +85,15 @@ func (x *Index) Set(id, ordinal int, capacity, free capacity.Resources) {
 		x.tree.Delete(e.key)
 	}
 	e.capacity, e.free = capacity, free
-	e.key = ixKey{gpus: free.GPUs, cpu: free.MilliCPU, mem: free.Memory, ordinal: ordinal, id: id}
+	e.key = keyOf(id, ordinal, capacity, free)
 	x.tree.ReplaceOrInsert(e.key)
+}
+
+// keyOf is a worker's key in the order.
+func keyOf(id, ordinal int, capacity, free capacity.Resources) ixKey {
+	return ixKey{gpus: free.GPUs, cpu: free.MilliCPU, mem: free.Memory, ordinal: ordinal, id: id,
+		empty: free.MilliCPU == capacity.MilliCPU && free.Memory == capacity.Memory && free.GPUs == max(capacity.GPUs, 0),
+		dir:   direction(free.MilliCPU, free.Memory), room: room(free)}
 }
 
 // Remove takes worker id out of the index (cordoned, gone); no-op when absent.
@@ -96,32 +114,45 @@ func (x *Index) Free(id int) (capacity.Resources, bool) {
 }
 
 // Best returns the worker Place would choose for one simple instance of
-// req: the feasible worker with the least free room, by free GPUs, CPU,
-// memory, then ordinal. ok is false when no worker fits.
+// req: among the feasible workers with the fewest free GPUs, a busy one
+// before an empty one, the nearest direction, the least free room, the
+// lowest ordinal. ok is false when no worker fits.
 func (x *Index) Best(req capacity.Resources) (id int, ok bool) {
-	need := max(req.GPUs, 0)
-	pivot := ixKey{gpus: need, cpu: req.MilliCPU, mem: -1 << 63, ordinal: -1 << 62, id: -1 << 62}
+	order := directionOrder(direction(req.MilliCPU, req.Memory))
+	minRoom := room(req)
+	level := max(req.GPUs, 0)
 	for {
-		next := int64(-1)
-		x.tree.AscendGreaterOrEqual(pivot, func(k ixKey) bool {
-			if k.gpus != pivot.gpus {
-				// The next GPU level: seek its first entry with enough CPU.
-				next = k.gpus
-				return false
-			}
-			if k.cpu < req.MilliCPU || k.mem < req.Memory {
-				return true
-			}
-			if len(req.Extended) > 0 && !cpuMem(req).Fits(x.entries[k.id].free) {
-				return true
-			}
-			id, ok = k.id, true
+		// The lowest GPU level at or above level that holds a worker.
+		found := false
+		x.tree.AscendGreaterOrEqual(ixKey{gpus: level, ordinal: -1 << 62, id: -1 << 62, room: -1 << 62}, func(k ixKey) bool {
+			level, found = k.gpus, true
 			return false
 		})
-		if ok || next < 0 {
-			return id, ok
+		if !found {
+			return 0, false
 		}
-		pivot.gpus = next
+		for _, empty := range [2]bool{false, true} {
+			for _, d := range order {
+				pivot := ixKey{gpus: level, empty: empty, dir: d, room: minRoom, ordinal: -1 << 62, id: -1 << 62}
+				x.tree.AscendGreaterOrEqual(pivot, func(k ixKey) bool {
+					if k.gpus != level || k.empty != empty || k.dir != d {
+						return false
+					}
+					if k.cpu < req.MilliCPU || k.mem < req.Memory {
+						return true
+					}
+					if len(req.Extended) > 0 && !cpuMem(req).Fits(x.entries[k.id].free) {
+						return true
+					}
+					id, ok = k.id, true
+					return false
+				})
+				if ok {
+					return id, ok
+				}
+			}
+		}
+		level++
 	}
 }
 
@@ -187,13 +218,12 @@ type GroupResult struct {
 
 // PlaceGroups decides, like Place given the index's workers and the
 // groups' instances one by one, where the groups' instances go: FIFO with
-// backfill, best fit, and a worker reserved for the first instance that
-// has waited cfg.ReserveAfter and does not fit (nothing else goes there
-// in this call). A group whose instances go to one worker is placed at
-// once: the best worker stays the best while it still fits more of the
-// same shape (placing lowers its free room and nothing else). The index
-// is updated with what is placed; a reserved worker is back in it at the
-// end. out is reused for the assignments.
+// backfill, the score's best worker, and a worker reserved for the first
+// instance that has waited cfg.ReserveAfter and does not fit (nothing
+// else goes there in this call). Consecutive instances of a group that
+// go to one worker are placed at once (runLength). The index is updated
+// with what is placed; a reserved worker is back in it at the end. out is
+// reused for the assignments.
 func (x *Index) PlaceGroups(src GroupSource, cfg Config, now time.Time, out []GroupAssignment) GroupResult {
 	maxRes := cfg.MaxReservations
 	if maxRes <= 0 {
@@ -218,14 +248,15 @@ func (x *Index) PlaceGroups(src GroupSource, cfg Config, now time.Time, out []Gr
 				break
 			}
 			e := x.entries[id]
-			m := int(min(fitCount(g.Requests, e.free), int64(left)))
-			if m <= 0 { // cannot happen: Best checked that one fits
-				m = 1
-			}
+			m := x.runLength(e, g.Requests, int(min(fitCount(g.Requests, e.free), int64(left))))
 			free := e.free.Sub(cpuMem(g.Requests).Scale(int64(m)))
 			free.GPUs = e.free.GPUs - max(g.Requests.GPUs, 0)*int64(m)
 			x.Set(id, e.key.ordinal, e.capacity, free)
-			res.Assignments = append(res.Assignments, GroupAssignment{Group: g.ID, Worker: id, Count: m})
+			if k := len(res.Assignments) - 1; k >= 0 && res.Assignments[k].Group == g.ID && res.Assignments[k].Worker == id {
+				res.Assignments[k].Count += m // still the best after a change of direction
+			} else {
+				res.Assignments = append(res.Assignments, GroupAssignment{Group: g.ID, Worker: id, Count: m})
+			}
 			left -= m
 		}
 		if left == 0 {
@@ -249,6 +280,32 @@ func (x *Index) PlaceGroups(src GroupSource, cfg Config, now time.Time, out []Gr
 		x.tree.ReplaceOrInsert(e.key)
 	}
 	return res
+}
+
+// runLength returns how many of up to fit more instances of req Place
+// would put on e, the best worker for the first one, before another
+// worker becomes the best: all of them when e was empty (no busy worker of
+// its GPU level fitted, and none does later) or when req asks for GPUs
+// (each placement takes e down to a GPU level where nothing else fitted);
+// otherwise while the direction of e's free vector stays the same (its
+// free room only shrinks, so it stays first of its class).
+func (x *Index) runLength(e *ixEntry, req capacity.Resources, fit int) int {
+	if fit <= 1 {
+		return 1
+	}
+	if e.key.empty || req.GPUs > 0 {
+		return fit
+	}
+	m := 1
+	cpu, mem := e.free.MilliCPU, e.free.Memory
+	for m < fit {
+		cpu, mem = cpu-req.MilliCPU, mem-req.Memory
+		if direction(cpu, mem) != e.key.dir {
+			break
+		}
+		m++
+	}
+	return m
 }
 
 // reserveFor returns the worker Place's reserveFor picks for req: one that

@@ -17,9 +17,12 @@
 //     else is placed there until it fits, so a large instance is never
 //     starved. Reservations are recomputed each call from the same inputs,
 //     so they need no state between calls.
-//   - Placement is best-fit (the feasible worker left with the least free
-//     room), keeping GPU workers for GPU work, so empty nodes stay empty
-//     for the autoscaler to reclaim.
+//   - Placement keeps GPU workers for GPU work, prefers a worker that runs
+//     something to an empty one (empty nodes stay empty for the autoscaler
+//     to reclaim), then one whose free CPU and memory point the way the
+//     request does (so that memory-heavy work fills what CPU-heavy work
+//     leaves, and the other way round), then best fit (the least free
+//     room); see score.go.
 package scheduler
 
 import (
@@ -60,6 +63,13 @@ type Instance struct {
 	Daemon    bool
 	// TargetWorker pins the instance to one worker by name.
 	TargetWorker string
+	// PreferWorker names the worker a pending instance goes to when it
+	// fits there (placeable, not reserved for another, in the instance's
+	// pool), before the score is consulted: the destination consolidation
+	// planned for work it moved (consolidate.Move.Targets). Unlike
+	// TargetWorker it pins nothing: where the worker does not fit, the
+	// score chooses as for any instance.
+	PreferWorker string
 	// GPUIndices are the requested indices of a pending instance, or the
 	// allocated ones of a placed instance.
 	GPUIndices []int
@@ -110,6 +120,10 @@ type node struct {
 	reserved  int // index into pending, or -1
 	running   []capacity.Instance
 	placeable bool
+	empty     bool  // nothing holds any of its CPU, memory or GPUs
+	dir       int8  // direction of free CPU and memory (score.go)
+	room      int64 // room(free)
+	ordinal   int
 }
 
 // Place decides placements for pending (in FIFO order) given the workers
@@ -134,6 +148,8 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 		n.freeExcl = g
 		n.reserved = -1
 		n.placeable = w.Schedulable && !w.Cordoned
+		n.ordinal = w.Ordinal
+		n.setScore()
 		byName[w.Name] = i
 		byPool[w.Pool] = append(byPool[w.Pool], i)
 	}
@@ -164,8 +180,20 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 			}
 		}
 		cands, why := candidates(p, nodes, byName, byPool)
+		ranks := directionRanks(p.Requests)
 		best, bestScore := -1, score{}
+		if p.PreferWorker != "" {
+			if ni, ok := byName[p.PreferWorker]; ok && slices.Contains(cands, ni) {
+				n := &nodes[ni]
+				if ok, _ := n.fits(p); ok && n.placeable && (n.reserved < 0 || n.reserved == i) {
+					best = ni
+				}
+			}
+		}
 		for _, ni := range cands {
+			if best >= 0 && p.PreferWorker != "" {
+				break // the planned destination fits
+			}
 			n := &nodes[ni]
 			if !n.placeable || (n.reserved >= 0 && n.reserved != i) {
 				continue
@@ -173,7 +201,7 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 			if ok, _ := n.fits(p); !ok {
 				continue
 			}
-			sc := n.score(p)
+			sc := n.score(p, &ranks)
 			if best < 0 || sc.less(bestScore) {
 				best, bestScore = ni, sc
 			}
@@ -404,14 +432,25 @@ func (n *node) take(p *Instance, gpus []int) {
 		}
 	}
 	n.running = append(n.running, capacity.Instance{Requests: req, Daemon: p.Daemon})
+	n.setScore()
 }
 
-// score orders feasible workers: lower is better.
+// setScore updates what score reads from n's free capacity.
+func (n *node) setScore() {
+	n.empty = n.free.MilliCPU == n.w.Capacity.MilliCPU && n.free.Memory == n.w.Capacity.Memory && n.freeExcl == len(n.excl)
+	n.dir, n.room = direction(n.free.MilliCPU, n.free.Memory), room(n.free)
+}
+
+// score orders feasible workers: lower is better. GPUs first (GPU workers
+// are kept for GPU work, and the fewest free GPUs left), then a worker that
+// runs something before an empty one, then the direction of its free CPU
+// and memory against the request's, then the least free room (score.go).
 type score struct {
-	gpuWaste int   // free GPUs a GPU-less instance would sit beside
-	freeGPU  int   // exclusive-free GPUs left after placement
-	freeCPU  int64 // millicores left
-	freeMem  int64
+	gpuWaste int // free GPUs a GPU-less instance would sit beside
+	freeGPU  int // exclusive-free GPUs left after placement
+	empty    bool
+	dirRank  int8  // rank of the free vector's direction for the request
+	room     int64 // free CPU and memory, weighted (room)
 	ordinal  int
 }
 
@@ -422,17 +461,21 @@ func (a score) less(b score) bool {
 	if a.freeGPU != b.freeGPU {
 		return a.freeGPU < b.freeGPU
 	}
-	if a.freeCPU != b.freeCPU {
-		return a.freeCPU < b.freeCPU
+	if a.empty != b.empty {
+		return !a.empty
 	}
-	if a.freeMem != b.freeMem {
-		return a.freeMem < b.freeMem
+	if a.dirRank != b.dirRank {
+		return a.dirRank < b.dirRank
+	}
+	if a.room != b.room {
+		return a.room < b.room
 	}
 	return a.ordinal < b.ordinal
 }
 
-func (n *node) score(p *Instance) score {
-	s := score{ordinal: n.w.Ordinal}
+// score is n's score for p; ranks are directionRanks of p's request.
+func (n *node) score(p *Instance, ranks *[scoreDirections]int8) score {
+	s := score{ordinal: n.ordinal}
 	need := n.gpuNeed(p)
 	if need == 0 {
 		s.gpuWaste = n.freeExcl
@@ -441,8 +484,9 @@ func (n *node) score(p *Instance) score {
 	if p.Exclusive {
 		s.freeGPU -= need
 	}
-	s.freeCPU = n.free.MilliCPU - p.Requests.MilliCPU
-	s.freeMem = n.free.Memory - p.Requests.Memory
+	s.empty = n.empty
+	s.dirRank = ranks[n.dir]
+	s.room = n.room
 	return s
 }
 

@@ -26,6 +26,9 @@ func inst(id string, cpu, memGi, gpus int64) Instance {
 
 func with(i Instance, f func(*Instance)) Instance { f(&i); return i }
 
+// prefer sets i's preferred worker.
+func prefer(i Instance, w string) Instance { i.PreferWorker = w; return i }
+
 func placedOn(w string, i Instance, gpus ...int) Instance {
 	i.Worker, i.GPUIndices = w, gpus
 	return i
@@ -175,6 +178,33 @@ func TestPlace(t *testing.T) {
 			placed:  []Instance{placedOn("half", inst("r", 4, 1, 0))},
 			pending: []Instance{inst("a", 2, 1, 0), inst("g", 1, 1, 1)},
 			want:    []string{"a@half", "g@gpu[0]"},
+		},
+		{
+			// m1 runs CPU-heavy work (memory is what it has left), m2
+			// memory-heavy work (CPU is). Ranking by free CPU alone put
+			// the memory-heavy request on m2, stranding m1's memory.
+			name:    "memory-heavy work goes where CPU-heavy work left memory, and the other way round",
+			workers: []Worker{wk("m1", 32, 128, 0), wk("m2", 32, 128, 0)},
+			placed:  []Instance{placedOn("m1", inst("r1", 16, 4, 0)), placedOn("m2", inst("r2", 20, 100, 0))},
+			pending: []Instance{inst("mem", 2, 20, 0), inst("cpu", 8, 2, 0)},
+			want:    []string{"cpu@m2", "mem@m1"},
+		},
+		{
+			name:    "a busy worker before an empty one, even a looser fit",
+			workers: []Worker{wk("empty", 8, 32, 0), wk("busy", 32, 128, 0)},
+			placed:  []Instance{placedOn("busy", inst("r", 2, 8, 0))},
+			pending: []Instance{inst("a", 2, 8, 0)},
+			want:    []string{"a@busy"},
+		},
+		{
+			// Consolidation planned "b1" for the moved instance: it goes
+			// there though the score prefers "b2"; where the planned
+			// worker has no room the score decides.
+			name:    "a preferred worker wins where the instance fits",
+			workers: []Worker{wk("b1", 32, 128, 0), wk("b2", 32, 128, 0)},
+			placed:  []Instance{placedOn("b1", inst("r1", 2, 8, 0)), placedOn("b2", inst("r2", 28, 112, 0))},
+			pending: []Instance{prefer(inst("a", 2, 8, 0), "b1"), prefer(inst("big", 26, 8, 0), "b2")},
+			want:    []string{"a@b1", "big@b1"},
 		},
 		{
 			name: "pools are separate",

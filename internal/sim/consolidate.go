@@ -36,7 +36,8 @@ type consolidation struct {
 	quiet   [6]int
 	quietOK bool
 	// Scratch.
-	in consolidate.Input
+	in  consolidate.Input
+	buf []consolidate.Instance
 }
 
 // signature changes whenever a node's work or the node set changes.
@@ -114,38 +115,53 @@ func (e *engine) consolidate() {
 		return // the free space is the waiting work's (Decide says the same)
 	}
 	sig := e.signature()
-	for _, ns := range e.ctl.Status().Nodes {
+	candidates := 0
+	for _, n := range e.nodes {
+		if n != nil && e.movable(n) {
+			candidates++
+		}
+	}
+	if candidates == 0 {
+		c.quiet, c.quietOK = sig, true
+		return
+	}
+	for _, ns := range e.ctl.Status().Nodes { // as the live consolidator counts them
 		if ns.Draining {
 			disrupting++
 		}
 	}
 	in := &c.in
 	*in = consolidate.Input{Now: e.now, Disrupting: disrupting, MinNodes: e.pcfg.Nodes.Min, Nodes: in.Nodes[:0]}
-	candidates := 0
+	// One backing array for every node's entries, reused between passes.
+	buf := c.buf[:0]
+	offering, price := "", 0.0 // the last node's, looked up once per run of one offering
 	for _, n := range e.nodes {
 		if n == nil {
 			continue
 		}
+		if n.offering != offering {
+			offering, price = n.offering, e.offs[n.offering].PricePerHour
+		}
 		cn := consolidate.Node{ID: n.machine, Ordinal: n.ordinal, Capacity: n.capacity,
-			PricePerHour: e.offs[n.offering].PricePerHour, Cordoned: n.cordoned,
+			PricePerHour: price, Cordoned: n.cordoned,
 			Protected: e.pcfg.ProtectFirstNode && n.ordinal == 0}
+		from := len(buf)
 		if e.movable(n) {
-			candidates++
 			for _, g := range n.groups {
 				gr := &e.groups[g]
-				cn.Instances = append(cn.Instances, consolidate.Instance{ID: strconv.Itoa(int(g)),
+				buf = append(buf, consolidate.Instance{ID: strconv.Itoa(int(g)),
 					Requests: e.shapes[gr.shape], Restartable: true, StartedAt: gr.started, Count: int(gr.count), Moved: gr.moved})
 			}
 		} else if n.busy() {
 			// Only its free space matters: one entry for what it holds.
-			cn.Instances = []consolidate.Instance{{ID: "held", Requests: n.alloc}}
+			buf = append(buf, consolidate.Instance{ID: "held", Requests: n.alloc})
+		}
+		if len(buf) > from {
+			cn.Instances = buf[from:len(buf):len(buf)]
 		}
 		in.Nodes = append(in.Nodes, cn)
 	}
-	if candidates == 0 {
-		c.quiet, c.quietOK = sig, true
-		return
-	}
+	c.buf = buf
 	d := consolidate.Decide(c.cfg, *in)
 	if len(d.Moves) == 0 {
 		c.quiet, c.quietOK = sig, true
@@ -172,8 +188,13 @@ func (e *engine) movable(n *node) bool {
 	return true
 }
 
-// moveOff carries out a move: n is cordoned and its groups are queued
-// again, counted as moved with the work they lose. A group of work that
+// moveOff carries out a move: n is cordoned and its groups are stopped,
+// counted as moved with the work they lose, and started again at once on
+// the nodes Decide planned them on (m.Targets), as the head does live:
+// placing them by the scheduler's score instead would spread them over
+// part-used nodes, which then hold work that has moved once and may not
+// move again. What no longer fits its target (it cannot happen within one
+// step, but is checked) is queued for the scheduler. A group of work that
 // may not move is an invariant violation (Decide never proposes one).
 func (e *engine) moveOff(n *node, m consolidate.Move) {
 	n.cordoned = true
@@ -194,6 +215,20 @@ func (e *engine) moveOff(n *node, m consolidate.Move) {
 		e.stop(g)
 		gr.ran, gr.moved = true, true
 		e.enqueue(g)
+	}
+	for _, t := range m.Targets {
+		g64, err := strconv.ParseInt(t.Instance, 10, 32)
+		if err != nil {
+			continue
+		}
+		g := int32(g64)
+		dst := e.byMachine[t.Node]
+		gr := &e.groups[g]
+		if dst == nil || !dst.schedulable() || gr.state != instQueued || t.Count <= 0 || int32(t.Count) > gr.count ||
+			!e.shapes[gr.shape].Scale(int64(t.Count)).Fits(dst.capacity.Sub(dst.alloc)) {
+			continue // left queued: the scheduler places it
+		}
+		e.begin(g, dst, int32(t.Count))
 	}
 	e.res.Consolidated++
 	e.res.ExpectedSaving += m.Saving

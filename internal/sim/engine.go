@@ -123,11 +123,14 @@ type engine struct {
 
 	nodes     []*node // joined nodes by ordinal
 	byMachine map[string]*node
-	billed    int     // machines the cloud bills now
-	unjoined  int     // nodes not yet reported joined by the controller
-	joining   []*node // those nodes (and some that left or joined since)
-	busyDirty []*node // nodes whose busy state or join changed since reportBusy
-	idle      []*node // the joined nodes running nothing (node.idlePos)
+	billed    int // machines the cloud bills now
+	// idleHours and clusterHours integrate, from the origin, the empty
+	// nodes in the cluster and all nodes in it (Result.IdleNodeHours).
+	idleHours, clusterHours float64
+	unjoined                int     // nodes not yet reported joined by the controller
+	joining                 []*node // those nodes (and some that left or joined since)
+	busyDirty               []*node // nodes whose busy state or join changed since reportBusy
+	idle                    []*node // the joined nodes running nothing (node.idlePos)
 
 	// Controller and policy.
 	desired  int
@@ -328,6 +331,11 @@ func (e *engine) step(ctx context.Context, t time.Time) error {
 		cloudDue = true
 	}
 	if t.After(e.now) {
+		if from := maxTime(e.now, Origin); t.After(from) {
+			h := t.Sub(from).Hours()
+			e.idleHours += h * float64(len(e.idle))
+			e.clusterHours += h * float64(len(e.byMachine))
+		}
 		e.clk.Advance(t.Sub(e.now))
 		e.now = t
 	}
@@ -830,6 +838,14 @@ func (e *engine) demandNodes(r capacity.Resources) float64 {
 
 func minTime(a, b time.Time) time.Time {
 	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// maxTime returns the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
 		return a
 	}
 	return b

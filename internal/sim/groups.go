@@ -767,6 +767,7 @@ func (e *engine) finish() (*Result, error) {
 		capSec[1] += sec * float64(o.Resources.Memory)
 		capSec[2] += sec * float64(o.Resources.GPUs)
 	}
+	r.IdleNodeHours, r.OutsideNodeHours = e.idleHours, max(r.NodeHours-e.clusterHours, 0)
 	for d := range capSec {
 		if capSec[d] > 0 && e.usedSec[d] > 0 {
 			r.Utilization = max(r.Utilization, e.usedSec[d]/capSec[d])

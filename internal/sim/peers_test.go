@@ -33,3 +33,36 @@ func TestPeersReleaseEmptyNodesAsDocumented(t *testing.T) {
 		t.Errorf("karpenter billed %s beyond the boot and the job", over.Round(time.Second))
 	}
 }
+
+// TestNodeHoursBreakdown: the billed node-hours split into the time nodes
+// ran work, sat empty in the cluster (IdleNodeHours) and were billed
+// outside it (OutsideNodeHours: boot, configure, delete). One 8-GPU job
+// of an hour: about an hour of work; cluster-autoscaler's node sits empty
+// for its 10-minute unneeded time, karpenter's for under a poll and a tick.
+func TestNodeHoursBreakdown(t *testing.T) {
+	cfg := mustConfig(t, gpuPool)
+	w := jobsWorkload(t, cfg, []trace.Job{gpuJob(0, time.Hour, 8, 1)})
+	for _, tc := range []struct {
+		pol              string
+		idleMin, idleMax time.Duration
+	}{
+		{policy.Karpenter, 0, 30 * time.Second},
+		{policy.ClusterAutoscaler, 9 * time.Minute, 12 * time.Minute},
+	} {
+		r := mustRun(t, cfg, w, tc.pol, 1)
+		idle := time.Duration(r.IdleNodeHours * float64(time.Hour))
+		outside := time.Duration(r.OutsideNodeHours * float64(time.Hour))
+		busy := time.Duration((r.NodeHours - r.IdleNodeHours - r.OutsideNodeHours) * float64(time.Hour))
+		t.Logf("%s: %.4f node-hours: busy %s, idle %s, outside %s", tc.pol, r.NodeHours, busy.Round(time.Second),
+			idle.Round(time.Second), outside.Round(time.Second))
+		if idle < tc.idleMin || idle > tc.idleMax {
+			t.Errorf("%s: idle %s, want %s to %s", tc.pol, idle, tc.idleMin, tc.idleMax)
+		}
+		if busy < time.Hour-time.Minute || busy > time.Hour+time.Minute {
+			t.Errorf("%s: busy %s, want about the job's hour", tc.pol, busy)
+		}
+		if outside <= 0 || outside > 5*time.Minute {
+			t.Errorf("%s: outside the cluster %s, want the boot and the delete (a few minutes)", tc.pol, outside)
+		}
+	}
+}

@@ -66,7 +66,7 @@ func TestJSONShape(t *testing.T) {
 	if len(pols) != len(policy.Names) {
 		t.Fatalf("%d policies, want %d", len(pols), len(policy.Names))
 	}
-	want := "bound_ratio,consolidated_nodes,cost,disrupted,end_s,instances,interrupted,lost_work_instance_hours,machines,moved_instances,node_hours,policy,scale_events,unfinished,utilization,wait_mean_s,wait_p50_s,wait_p95_s,wait_p99_s"
+	want := "bound_ratio,consolidated_nodes,cost,disrupted,end_s,idle_node_hours,instances,interrupted,lost_work_instance_hours,machines,moved_instances,node_hours,outside_node_hours,policy,scale_events,unfinished,utilization,wait_mean_s,wait_p50_s,wait_p95_s,wait_p99_s"
 	for _, p := range pols {
 		if k := keys(p.(map[string]any)); k != want {
 			t.Errorf("policy keys = %s, want %s", k, want)

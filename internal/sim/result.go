@@ -48,6 +48,12 @@ type Result struct {
 	Consolidated, Moved int
 	LostWorkHours       float64
 	ExpectedSaving      float64
+	// Where the billed node-hours went: IdleNodeHours is the time nodes
+	// spent in the cluster running nothing (waiting for work or for their
+	// release); OutsideNodeHours the billed time of machines not in the
+	// cluster (booting, configuring, being deleted). NodeHours less both
+	// is the time nodes ran work.
+	IdleNodeHours, OutsideNodeHours float64
 	// Instances is the number of instances replayed; Unfinished those not
 	// completed when the run ended.
 	Instances, Unfinished int
@@ -182,6 +188,10 @@ type JSONPolicy struct {
 	Consolidated   int     `json:"consolidated_nodes"`
 	MovedInstances int     `json:"moved_instances"`
 	LostWorkHours  float64 `json:"lost_work_instance_hours"`
+	// IdleNodeHours and OutsideNodeHours are Result's: billed node-hours
+	// of empty nodes in the cluster, and of machines not in it.
+	IdleNodeHours    float64 `json:"idle_node_hours"`
+	OutsideNodeHours float64 `json:"outside_node_hours"`
 }
 
 // JSON returns the report in the shape `tide simulate -o json` prints.
@@ -201,7 +211,8 @@ func (r *Report) JSON() JSONReport {
 			WaitP50: p.WaitP50, WaitP95: p.WaitP95, WaitP99: p.WaitP99, Utilization: p.Utilization,
 			ScaleEvents: p.ScaleEvents, Disrupted: p.Disrupted, BoundRatio: ratio, WaitMean: p.WaitMean,
 			Machines: p.Machines, Interrupted: p.Interrupted, Instances: p.Instances, Unfinished: p.Unfinished,
-			EndS: p.End.Seconds(), Consolidated: p.Consolidated, MovedInstances: p.Moved, LostWorkHours: p.LostWorkHours})
+			EndS: p.End.Seconds(), Consolidated: p.Consolidated, MovedInstances: p.Moved, LostWorkHours: p.LostWorkHours,
+			IdleNodeHours: p.IdleNodeHours, OutsideNodeHours: p.OutsideNodeHours})
 	}
 	for _, s := range r.Skipped {
 		out.NotApplicable = append(out.NotApplicable, JSONSkipped(s))

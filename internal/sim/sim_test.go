@@ -20,9 +20,9 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 // 8-GPU nodes:
 //
 //	lower bound   2 nodes × 1 h = 2 node-hours, $20
-//	t = 0         16 queued; tide batches for its 2 s window
-//	t = 2 s       tide packs them on 2 new nodes: desired 2, two Creates
-//	t = 102 s     both machines booted (100 s), Idle
+//	t = 0         16 queued; tide batches for its 1 s window
+//	t = 1 s       tide packs them on 2 new nodes: desired 2, two Creates
+//	t = 101 s     both machines booted (100 s), Idle
 //	t = 105 s     the controller's tick (every 15 s) configures them; they
 //	              join at once and the 16 jobs start: every wait is 105 s
 //	t = 3705 s    the jobs end; the nodes are empty
@@ -30,8 +30,8 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 //	t = 3780 s    the next tick sees them drained and deletes them (instant)
 //	t = 3795 s    the next tick's Delete answers NotFound: the run ends
 //
-// so each machine is billed from 2 s to 3780 s: 2 × 3778 s = 2.0989 node-
-// hours, $20.99, utilization 16 × 3600 / (2 × 8 × 3778) = 95.3 %.
+// so each machine is billed from 1 s to 3780 s: 2 × 3779 s = 2.0994 node-
+// hours, $20.99, utilization 16 × 3600 / (2 × 8 × 3779) = 95.3 %.
 func TestSingleBurstKnownAnswer(t *testing.T) {
 	cfg := mustConfig(t, gpuPool)
 	w := jobsWorkload(t, cfg, []trace.Job{gpuJob(0, time.Hour, 1, 16)})
@@ -43,7 +43,7 @@ func TestSingleBurstKnownAnswer(t *testing.T) {
 		t.Errorf("bound = %.6f node-hours, $%.6f, work %.6f; want 2, $20, 2", b.NodeHours, b.Cost, b.WorkNodeHours)
 	}
 	r := mustRun(t, cfg, w, policy.Tide, 1)
-	wantNH := 2 * 3778.0 / 3600
+	wantNH := 2 * 3779.0 / 3600
 	checks := []struct {
 		name      string
 		got, want float64
@@ -53,7 +53,7 @@ func TestSingleBurstKnownAnswer(t *testing.T) {
 		{"wait p50", r.WaitP50, 105},
 		{"wait p95", r.WaitP95, 105},
 		{"wait p99", r.WaitP99, 105},
-		{"utilization", r.Utilization, 16 * 3600 / (2 * 8 * 3778.0)},
+		{"utilization", r.Utilization, 16 * 3600 / (2 * 8 * 3779.0)},
 		{"machines", float64(r.Machines), 2},
 		{"scale events", float64(r.ScaleEvents), 2},
 		{"disrupted", float64(r.Disrupted), 0},
