@@ -255,18 +255,25 @@ func (o *Operator) Pass(ctx context.Context) error {
 		if len(o.cfg.Pools) > 0 && !slices.Contains(o.cfg.Pools, name) {
 			continue
 		}
+		if np.GetDeletionTimestamp() != nil && !slices.Contains(np.GetFinalizers(), Finalizer) {
+			continue // going, and tide has nothing left to do for it
+		}
 		present[name] = true
 		spec, _ := json.Marshal(np.Object["spec"])
+		key := string(spec)
+		if np.GetDeletionTimestamp() != nil {
+			key += deletingKey // a new runner tears the pool down
+		}
 		r := o.runners[name]
-		if r == nil || r.spec != string(spec) {
-			r = o.newRunner(np, string(spec), r)
+		if r == nil || r.spec != key {
+			r = o.newRunner(np, key, r)
 			o.runners[name] = r
 		}
 		r.obj = np
 	}
 	for name := range o.runners {
 		if !present[name] {
-			o.log.Info("NodePool deleted; its pool is no longer managed (its Nodes stay)", "pool", name)
+			o.log.Info("NodePool gone; its pool is no longer managed", "pool", name)
 			o.metrics.forget(name)
 			delete(o.runners, name)
 		}
@@ -274,7 +281,7 @@ func (o *Operator) Pass(ctx context.Context) error {
 	names := slices.Sorted(maps.Keys(o.runners))
 	var pools []demand.Pool
 	for _, name := range names {
-		if r := o.runners[name]; r.err == nil {
+		if r := o.runners[name]; r.err == nil && !r.deleting {
 			pools = append(pools, r.pool.Demand())
 		}
 	}
@@ -370,6 +377,11 @@ type runner struct {
 	obj  *unstructured.Unstructured
 	pool nodepool.Pool
 	err  error // the spec is invalid or not supported: the pool is not run
+	// deleting: the NodePool is being deleted; the runner tears the pool
+	// down (finalizer.go) instead of scaling it.
+	deleting bool
+	// blocked is the last teardown event message (once per message).
+	blocked string
 
 	prov *kwok.Provider
 	ctl  *controller.Controller
@@ -398,11 +410,16 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 		o.log.Warn("NodePool not run", "pool", name, "err", err)
 		return r
 	}
-	p, err := nodepool.Parse(name, []byte(spec))
+	r.deleting = strings.HasSuffix(spec, deletingKey)
+	p, err := nodepool.Parse(name, []byte(strings.TrimSuffix(spec, deletingKey)))
 	if err != nil {
 		return fail(err)
 	}
 	r.pool = p
+	rcfg := p.Config.ReconcileConfig()
+	if r.deleting {
+		rcfg = teardownConfig(rcfg)
+	}
 	if t := p.Config.Provider.Type; t != "kwok" {
 		return fail(fmt.Errorf("spec.provider.type: %q is not supported by tide kube yet (kwok is)", t))
 	}
@@ -420,7 +437,7 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 		return fail(fmt.Errorf("spec.scaling: %w", err))
 	}
 	journal := kubejournal.New(o.cfg.API, o.cfg.Namespace, "tide-journal-"+name)
-	ctl, err := controller.New(controller.Config{Pool: name, Reconcile: p.Config.ReconcileConfig(), Offerings: p.Config.Offerings,
+	ctl, err := controller.New(controller.Config{Pool: name, Reconcile: rcfg, Offerings: p.Config.Offerings,
 		Bootstrap: []byte("kubernetes"), ControllerID: o.cfg.Identity, ReconcileInterval: o.cfg.Interval},
 		controller.Deps{Provider: timedProvider{Provider: prov, o: o}, Journal: journal, Workload: workload.New(o.cfg.API, prov.NodeName, o.log),
 			Clock: o.clk, Logger: o.log, Metrics: o.cfg.Metrics, Events: controller.EventFunc(func(ev controller.Event) {
@@ -464,6 +481,11 @@ func camel(code string) string {
 // runPool runs one pool's pass.
 func (o *Operator) runPool(ctx context.Context, r *runner, now time.Time, pr capacity.Pressure, nodes []*corev1.Node, pending []*corev1.Pod) error {
 	if r.err != nil {
+		if r.deleting {
+			// No provider to delete through: the Nodes stay, say so.
+			return o.release(ctx, r, corev1.EventTypeWarning, "DeletedWithNodes",
+				fmt.Sprintf("tide: NodePool %s is deleted but its spec is not valid (%v): its %s are left in place", r.name, r.err, plural(len(nodes), "node")))
+		}
 		return o.writeStatus(ctx, r, now, nodes, pending, controller.Status{})
 	}
 	st := r.ctl.Status()
@@ -473,6 +495,12 @@ func (o *Operator) runPool(ctx context.Context, r *runner, now time.Time, pr cap
 		r.ordinals[r.prov.NodeName(n.MachineID)] = n.ID
 	}
 	r.mu.Unlock()
+	if r.deleting {
+		return o.teardown(ctx, r, now, nodes)
+	}
+	if err := o.ensureFinalizer(ctx, r); err != nil {
+		o.log.Warn("NodePool finalizer not added; retried on the next pass", "pool", r.name, "err", err)
+	}
 	r.auto.Observe(pr)
 	r.auto.Evaluate(now)
 	var errs []error
@@ -488,8 +516,13 @@ func (o *Operator) runPool(ctx context.Context, r *runner, now time.Time, pr cap
 		errs = append(errs, err)
 	}
 	st = r.ctl.Status()
-	if err := o.syncMarks(ctx, r, nodes, st); err != nil {
-		errs = append(errs, err)
+	// Until the controller has taken the pool over (or once it is deposed)
+	// it knows no marks: the taints stay as they are, for the controller
+	// that takes over to read back (controller.MarkReader).
+	if st.Started && !st.Deposed {
+		if err := o.syncMarks(ctx, r, nodes, st); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	o.podEvents(r, pending, st)
 	if err := o.writeStatus(ctx, r, now, nodes, pending, st); err != nil {

@@ -20,6 +20,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -137,6 +138,13 @@ func Run(ctx context.Context, o Options) error {
 		}
 		opts.LeaderElectionResourceLockInterface = lock
 	}
+	// client-go's default spam filter lets an object have 25 events, then
+	// one per 5 minutes: a NodePool's scale-up alone (Provision, Launched,
+	// …) uses that up and its later events (DeletionBlocked, Deleted) were
+	// dropped. A pool gets a burst of 200 and one a second.
+	bc := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{BurstSize: 200, QPS: 1}))
+	defer bc.Shutdown()
+	opts.EventBroadcaster = bc //nolint:staticcheck // the option is deprecated but the only way to tune the correlator
 	mgr, err := ctrl.NewManager(rc, opts)
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
