@@ -68,6 +68,12 @@ type API interface {
 	workload.API
 }
 
+// CreateConcurrency is how many provider Creates a pool keeps in flight
+// during one Provision (a burst of pending pods): their records are
+// journaled in one ConfigMap write first, so a failover mid-burst still
+// never creates a Node twice.
+const CreateConcurrency = 32
+
 // Recorder records Kubernetes events (record.EventRecorder's method).
 type Recorder interface {
 	Event(object runtime.Object, eventtype, reason, message string)
@@ -438,7 +444,8 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 	}
 	journal := kubejournal.New(o.cfg.API, o.cfg.Namespace, "tide-journal-"+name)
 	ctl, err := controller.New(controller.Config{Pool: name, Reconcile: rcfg, Offerings: p.Config.Offerings,
-		Bootstrap: []byte("kubernetes"), ControllerID: o.cfg.Identity, ReconcileInterval: o.cfg.Interval},
+		Bootstrap: []byte("kubernetes"), ControllerID: o.cfg.Identity, ReconcileInterval: o.cfg.Interval,
+		CreateConcurrency: CreateConcurrency},
 		controller.Deps{Provider: timedProvider{Provider: prov, o: o}, Journal: journal, Workload: workload.New(o.cfg.API, prov.NodeName, o.log),
 			Clock: o.clk, Logger: o.log, Metrics: o.cfg.Metrics, Events: controller.EventFunc(func(ev controller.Event) {
 				if r.obj != nil {
