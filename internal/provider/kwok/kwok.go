@@ -29,6 +29,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -537,7 +538,7 @@ func (p *Provider) Sync(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, transient(err)
 	}
-	done := 0
+	var moves []*corev1.Node
 	for i := range nodes {
 		n := &nodes[i]
 		if !p.ours(n) {
@@ -553,13 +554,42 @@ func (p *Provider) Sync(ctx context.Context) (int, error) {
 		default:
 			continue
 		}
-		if _, err := p.cfg.API.UpdateNode(ctx, n); err != nil && !errors.Is(err, kubeapi.ErrNotFound) && !errors.Is(err, kubeapi.ErrConflict) {
-			return done, transient(err)
-		}
-		done++
+		moves = append(moves, n)
 	}
-	return done, nil
+	// The updates touch one Node each: a burst of Nodes turning Ready is
+	// moved syncConcurrency at a time, not one after another.
+	var (
+		mu    sync.Mutex
+		done  int
+		first error
+		wg    sync.WaitGroup
+	)
+	sem := make(chan struct{}, syncConcurrency)
+	for _, n := range moves {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, err := p.cfg.API.UpdateNode(ctx, n)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				done++
+			case errors.Is(err, kubeapi.ErrNotFound), errors.Is(err, kubeapi.ErrConflict):
+				done++ // gone, or changed: the next Sync sees it again
+			case first == nil:
+				first = transient(err)
+			}
+		}()
+	}
+	wg.Wait()
+	return done, first
 }
+
+// syncConcurrency bounds Sync's Node updates in flight.
+const syncConcurrency = 16
 
 // Run calls Sync every interval until ctx ends.
 func (p *Provider) Run(ctx context.Context, interval time.Duration) {
