@@ -113,8 +113,10 @@ func (o *Operator) teardown(ctx context.Context, r *runner, now time.Time, nodes
 		}
 	}
 	tick(r.ctl.Sync)
-	if _, err := r.prov.Sync(ctx); err != nil {
-		errs = append(errs, err)
+	if r.kwok != nil {
+		if _, err := r.kwok.Sync(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	st = r.ctl.Status()
 	if !st.Started || st.Deposed {

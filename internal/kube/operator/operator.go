@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tide-project/tide/internal/autoscale"
@@ -105,6 +106,11 @@ type Config struct {
 	// Pools, when not empty, limits the operator to the NodePools named
 	// (several operators may then share a cluster, e.g. in tests).
 	Pools []string
+	// Kube mints and revokes the join credentials of machines of
+	// providers other than kwok (nil: such pools cannot join Nodes).
+	Kube kubernetes.Interface
+	// Join says how those machines join (join.go).
+	Join NodeJoin
 }
 
 // Operator runs every NodePool; see the package doc.
@@ -185,6 +191,7 @@ func (o *Operator) ObservePod(pod *corev1.Pod) {
 func (o *Operator) Start(ctx context.Context) error {
 	t := o.clk.NewTicker(o.cfg.Interval)
 	defer t.Stop()
+	defer o.Close()
 	for {
 		if err := o.Pass(ctx); err != nil && ctx.Err() == nil {
 			o.log.Warn("pass failed; retried", "err", err)
@@ -201,6 +208,18 @@ func (o *Operator) Start(ctx context.Context) error {
 				return nil
 			case <-b.C():
 			}
+		}
+	}
+}
+
+// Close releases the pools' providers (the local provider's root: its
+// machines keep running for the next holder on this host). Start calls it
+// when it returns; a pass-driven caller calls it when done.
+func (o *Operator) Close() {
+	for _, r := range o.runners {
+		if r.close != nil {
+			r.close()
+			r.close = nil
 		}
 	}
 }
@@ -272,7 +291,11 @@ func (o *Operator) Pass(ctx context.Context) error {
 		}
 		r := o.runners[name]
 		if r == nil || r.spec != key {
-			r = o.newRunner(np, key, r)
+			old := r
+			r = o.newRunner(np, key, old)
+			if old != nil && old.close != nil {
+				old.close()
+			}
 			o.runners[name] = r
 		}
 		r.obj = np
@@ -281,6 +304,9 @@ func (o *Operator) Pass(ctx context.Context) error {
 		if !present[name] {
 			o.log.Info("NodePool gone; its pool is no longer managed", "pool", name)
 			o.metrics.forget(name)
+			if r := o.runners[name]; r.close != nil {
+				r.close()
+			}
 			delete(o.runners, name)
 		}
 	}
@@ -389,9 +415,14 @@ type runner struct {
 	// blocked is the last teardown event message (once per message).
 	blocked string
 
-	prov *kwok.Provider
-	ctl  *controller.Controller
-	auto *autoscale.Pool
+	prov provider.Provider
+	kwok *kwok.Provider // the kwok provider (nil for other types): its Sync runs every pass
+	// nodeName maps a machine id to its Node's name.
+	nodeName func(string) string
+	// close releases the provider (the local provider's root lock).
+	close func()
+	ctl   *controller.Controller
+	auto  *autoscale.Pool
 
 	mu       sync.Mutex
 	ordinals map[string]reconcile.NodeID // Node name → ordinal
@@ -426,18 +457,34 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 	if r.deleting {
 		rcfg = teardownConfig(rcfg)
 	}
-	if t := p.Config.Provider.Type; t != "kwok" {
-		return fail(fmt.Errorf("spec.provider.type: %q is not supported by tide kube yet (kwok is)", t))
+	switch t := p.Config.Provider.Type; t {
+	case "kwok":
+		var taints []corev1.Taint
+		for _, t := range p.Taints {
+			taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+		}
+		kp, err := kwok.New(kwok.Config{API: o.cfg.API, Offerings: p.Config.Offerings, Scope: "tide",
+			Namespace: o.cfg.Namespace, NodeLabels: p.Labels, NodeTaints: taints, Clock: o.clk, Logger: o.log})
+		if err != nil {
+			return fail(err)
+		}
+		r.prov, r.kwok, r.nodeName = kp, kp, kp.NodeName
+	case "local":
+		if old != nil && old.close != nil {
+			old.close() // its root lock: the new provider adopts the machines
+			old.close = nil
+		}
+		lp, err := o.localProvider(name, p.Config.Offerings)
+		if err != nil {
+			return fail(err)
+		}
+		r.prov = joining{Provider: lp, o: o, r: r, provType: t}
+		r.nodeName = func(id string) string { return id }
+		r.close = func() { _ = lp.Close() }
+	default:
+		return fail(fmt.Errorf("spec.provider.type: %q is not supported by tide kube (kwok and local are)", t))
 	}
-	var taints []corev1.Taint
-	for _, t := range p.Taints {
-		taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
-	}
-	prov, err := kwok.New(kwok.Config{API: o.cfg.API, Offerings: p.Config.Offerings, Scope: "tide",
-		Namespace: o.cfg.Namespace, NodeLabels: p.Labels, NodeTaints: taints, Clock: o.clk, Logger: o.log})
-	if err != nil {
-		return fail(err)
-	}
+	prov := r.prov
 	pol, err := policy.New(p.Config.PolicyConfig())
 	if err != nil {
 		return fail(fmt.Errorf("spec.scaling: %w", err))
@@ -446,7 +493,7 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 	ctl, err := controller.New(controller.Config{Pool: name, Reconcile: rcfg, Offerings: p.Config.Offerings,
 		Bootstrap: []byte("kubernetes"), ControllerID: o.cfg.Identity, ReconcileInterval: o.cfg.Interval,
 		CreateConcurrency: CreateConcurrency},
-		controller.Deps{Provider: timedProvider{Provider: prov, o: o}, Journal: journal, Workload: workload.New(o.cfg.API, prov.NodeName, o.log),
+		controller.Deps{Provider: timedProvider{Provider: prov, o: o}, Journal: journal, Workload: workload.New(o.cfg.API, r.nodeName, o.log),
 			Clock: o.clk, Logger: o.log, Metrics: o.cfg.Metrics, Events: controller.EventFunc(func(ev controller.Event) {
 				if r.obj != nil {
 					o.event(r.obj, ev.Type, camel(ev.Reason), ev.Message)
@@ -469,7 +516,7 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 	if err != nil {
 		return fail(err)
 	}
-	r.prov, r.ctl, r.auto = prov, ctl, auto
+	r.ctl, r.auto = ctl, auto
 	return r
 }
 
@@ -499,7 +546,7 @@ func (o *Operator) runPool(ctx context.Context, r *runner, now time.Time, pr cap
 	r.mu.Lock()
 	clear(r.ordinals)
 	for _, n := range st.Nodes {
-		r.ordinals[r.prov.NodeName(n.MachineID)] = n.ID
+		r.ordinals[r.nodeName(n.MachineID)] = n.ID
 	}
 	r.mu.Unlock()
 	if r.deleting {
@@ -519,8 +566,10 @@ func (o *Operator) runPool(ctx context.Context, r *runner, now time.Time, pr cap
 		}
 		errs = append(errs, err)
 	}
-	if _, err := r.prov.Sync(ctx); err != nil {
-		errs = append(errs, err)
+	if r.kwok != nil {
+		if _, err := r.kwok.Sync(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	st = r.ctl.Status()
 	// Until the controller has taken the pool over (or once it is deposed)
@@ -587,7 +636,7 @@ func (o *Operator) syncMarks(ctx context.Context, r *runner, nodes []*corev1.Nod
 	ords := maps.Clone(r.ordinals)
 	r.mu.Unlock()
 	for _, n := range st.Nodes {
-		ords[r.prov.NodeName(n.MachineID)] = n.ID
+		ords[r.nodeName(n.MachineID)] = n.ID
 	}
 	var errs []error
 	for _, n := range nodes {
