@@ -159,7 +159,6 @@ type agent struct {
 	j        Join
 	interval time.Duration
 	log      *slog.Logger
-	uid      string
 }
 
 func (a *agent) resources() corev1.ResourceList {
@@ -186,29 +185,35 @@ func (a *agent) register(ctx context.Context) error {
 		Status: corev1.NodeStatus{Capacity: res, Allocatable: res, Conditions: []corev1.NodeCondition{a.ready(now)},
 			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "tide-node-agent", OperatingSystem: "linux", Architecture: "amd64"}},
 	}
-	got, err := a.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	_, err := a.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		got, err = a.cs.CoreV1().Nodes().Get(ctx, a.j.Node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if got.Spec.ProviderID != "" && got.Spec.ProviderID != a.j.ProviderID {
-			return fmt.Errorf("Node %s belongs to %s, not %s", a.j.Node, got.Spec.ProviderID, a.j.ProviderID)
-		}
-		if got.Labels == nil {
-			got.Labels = map[string]string{}
-		}
-		for k, v := range a.j.Labels {
-			got.Labels[k] = v
-		}
-		got.Spec.ProviderID = a.j.ProviderID
-		got, err = a.cs.CoreV1().Nodes().Update(ctx, got, metav1.UpdateOptions{})
+		err = a.reclaim(ctx)
 	}
 	if err != nil {
 		return err
 	}
-	a.uid = string(got.UID)
 	return a.heartbeat(ctx)
+}
+
+// reclaim puts the Join's labels and providerID back on a Node that
+// exists (the agent restarted); a Node of another machine is refused.
+func (a *agent) reclaim(ctx context.Context) error {
+	got, err := a.cs.CoreV1().Nodes().Get(ctx, a.j.Node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if got.Spec.ProviderID != "" && got.Spec.ProviderID != a.j.ProviderID {
+		return fmt.Errorf("Node %s belongs to %s, not %s", a.j.Node, got.Spec.ProviderID, a.j.ProviderID)
+	}
+	if got.Labels == nil {
+		got.Labels = map[string]string{}
+	}
+	for k, v := range a.j.Labels {
+		got.Labels[k] = v
+	}
+	got.Spec.ProviderID = a.j.ProviderID
+	_, err = a.cs.CoreV1().Nodes().Update(ctx, got, metav1.UpdateOptions{})
+	return err
 }
 
 // heartbeat writes the Ready condition (and capacity) and renews the Lease.

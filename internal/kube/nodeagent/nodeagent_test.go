@@ -1,10 +1,15 @@
 package nodeagent
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestParse(t *testing.T) {
@@ -66,4 +71,54 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip of %s: %+v, %v", out, k, err)
 		}
 	})
+}
+
+// TestRegisterAndHeartbeat: on a fake clientset, the agent registers its
+// Node (providerID, labels, capacity, Ready), renews its Lease, puts its
+// labels back on a Node that exists after a restart, and refuses a Node
+// of another machine.
+func TestRegisterAndHeartbeat(t *testing.T) {
+	ctx := context.Background()
+	j := Join{Node: "m-0-1", ProviderID: "tide://local/m-0-1", Labels: map[string]string{"tide.dev/pool": "m", "tier": "x"},
+		Capacity: map[corev1.ResourceName]string{corev1.ResourceCPU: "4"}}
+	cs := fake.NewClientset()
+	a := &agent{cs: cs, j: j, interval: time.Second, log: slog.New(slog.DiscardHandler)}
+	if err := a.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, "m-0-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Spec.ProviderID != j.ProviderID || n.Labels["tier"] != "x" || n.Status.Capacity.Cpu().String() != "4" || !ready(n) {
+		t.Fatalf("registered Node %+v", n)
+	}
+	l, err := cs.CoordinationV1().Leases(LeaseNamespace).Get(ctx, "m-0-1", metav1.GetOptions{})
+	if err != nil || *l.Spec.HolderIdentity != "m-0-1" {
+		t.Fatalf("lease %+v, %v", l, err)
+	}
+	// A restart finds the Node with its labels gone.
+	n.Labels = nil
+	if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.register(ctx); err != nil {
+		t.Fatalf("register after a restart: %v", err)
+	}
+	if n, _ := cs.CoreV1().Nodes().Get(ctx, "m-0-1", metav1.GetOptions{}); n.Labels["tier"] != "x" {
+		t.Fatalf("labels not put back: %v", n.Labels)
+	}
+	other := &agent{cs: cs, j: Join{Node: "m-0-1", ProviderID: "tide://local/m-9-9"}, interval: time.Second, log: a.log}
+	if err := other.register(ctx); err == nil || !strings.Contains(err.Error(), "belongs to") {
+		t.Fatalf("another machine took the Node: %v", err)
+	}
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && c.Reason == ReadyReason {
+			return true
+		}
+	}
+	return false
 }

@@ -45,7 +45,7 @@ func teardownConfig(c reconcile.Config) reconcile.Config {
 	return c
 }
 
-// patchNodePool writes the NodePool's finalizers with a merge patch that
+// patchFinalizers writes the NodePool's finalizers with a merge patch that
 // carries the resourceVersion read, so a concurrent change makes it fail
 // (and the next pass tries again) instead of losing a finalizer.
 func (o *Operator) patchFinalizers(ctx context.Context, r *runner, finalizers []string) error {
