@@ -86,7 +86,7 @@ func TestAllIsValidYAMLStream(t *testing.T) {
 		}
 		kinds = append(kinds, obj.Kind)
 	}
-	want := []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+	want := []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("kinds = %v, want %v", kinds, want)
 	}

@@ -2,12 +2,15 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tide-project/tide/deploy"
+	"github.com/tide-project/tide/internal/kube/nodeagent"
 	"github.com/tide-project/tide/internal/kube/operator"
 )
 
@@ -42,6 +45,8 @@ Then run the controller (two replicas: one holds the Lease and acts):
 	f.StringVar(&o.ProbeAddr, "probe-addr", ":8081", "address of /healthz and /readyz (0: off)")
 	f.DurationVar(&o.Interval, "interval", 5*time.Second, "period of a pass when nothing changes")
 	f.DurationVar(&o.Batch, "batch", 100*time.Millisecond, "delay after a pod or node change before the pass it triggers")
+	f.StringVar(&o.LocalRoot, "local-root", "", "directory of the local provider's machines (NodePools of provider type local need it)")
+	f.StringVar(&o.NodeServer, "node-apiserver", "", "apiserver URL the machines of non-kwok NodePools join at (default: the one tide kube uses)")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0 {
@@ -55,7 +60,7 @@ Then run the controller (two replicas: one holds the Lease and acts):
 		o.Logger = slog.New(slog.NewTextHandler(s.Err, &slog.HandlerOptions{Level: level}))
 		return operator.Run(cmd.Context(), o)
 	}
-	cmd.AddCommand(newKubeInstallCmd(s))
+	cmd.AddCommand(newKubeInstallCmd(s), newKubeNodeCmd(s))
 	return cmd
 }
 
@@ -71,4 +76,43 @@ needs, as one YAML stream; pipe it to kubectl apply -f -.`,
 			return err
 		},
 	}
+}
+
+func newKubeNodeCmd(s Streams) *cobra.Command {
+	var bootstrap string
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Join this machine to a Kubernetes cluster as a Node (the agent tide kube starts on its machines)",
+		Long: `node registers this machine as a Node (name, providerID, the NodePool's labels and
+taints, the machine's capacity) with the join credential tide kube minted for it, and
+keeps the Node Ready and its Lease in kube-node-lease fresh until it is stopped. It runs
+no containers: it is what a machine without a kubelet runs (the local provider's
+machines); on a machine with a container runtime, run kubeadm join instead.
+
+The join document comes from --bootstrap (a file, or - for standard input).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var b []byte
+			var err error
+			if bootstrap == "-" {
+				b, err = io.ReadAll(io.LimitReader(s.In, 64<<10))
+			} else {
+				b, err = os.ReadFile(bootstrap)
+			}
+			if err != nil {
+				return badInput(fmt.Errorf("--bootstrap: %w", err))
+			}
+			j, err := nodeagent.Parse(b)
+			if err != nil {
+				return badInput(fmt.Errorf("--bootstrap: %w", err))
+			}
+			log := slog.New(slog.NewTextHandler(s.Err, nil))
+			return nodeagent.Run(cmd.Context(), j, nodeagent.Config{Interval: interval, Logger: log})
+		},
+	}
+	cmd.Flags().StringVar(&bootstrap, "bootstrap", "", "join document (a file, or - for standard input)")
+	cmd.Flags().DurationVar(&interval, "interval", 10*time.Second, "heartbeat period of the Node's Ready condition and Lease")
+	_ = cmd.MarkFlagRequired("bootstrap")
+	return cmd
 }

@@ -98,6 +98,12 @@ type Config struct {
 	// transient error that may have taken effect, so a hung provider API
 	// cannot stall the pool's reconciling.
 	CallTimeout time.Duration
+	// CreateConcurrency is how many provider Creates one Provision keeps
+	// in flight at once (0 or 1: one after another). Every record is
+	// journaled before its Create either way (in one write when the
+	// journal is a BatchJournal), so a crash or failover mid-burst still
+	// never creates a machine twice.
+	CreateConcurrency int
 }
 
 // withDefaults returns c with zero fields set to their defaults and its

@@ -407,6 +407,19 @@ func (c *Controller) start(ctx context.Context) error {
 		}
 		if busy {
 			adopt.Busy = append(adopt.Busy, n.id)
+			continue
+		}
+		if mr, ok := c.work.(MarkReader); ok && rcfg.ScaleDownDelay > 0 {
+			at, err := mr.MarkedAt(ctx, n.ref(c.cfg.Pool))
+			switch {
+			case err != nil:
+				c.emit(TypeWarning, ReasonWorkloadError, "node %d: read its deletion mark: %v; adopted unmarked", n.id, err)
+			case !at.IsZero():
+				if adopt.Marks == nil {
+					adopt.Marks = map[reconcile.NodeID]time.Time{}
+				}
+				adopt.Marks[n.id] = at
+			}
 		}
 	}
 	c.started = true

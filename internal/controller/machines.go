@@ -177,36 +177,45 @@ func (c *Controller) candidates(l *capacity.Launch) []capacity.Offering {
 // booting ones and ones whose Create had an unknown outcome included) or
 // ProvisionFailed (none) queued for the reconciler.
 func (c *Controller) provision(ctx context.Context, ids []reconcile.NodeID, launch []capacity.Launch) {
-	got := make([]reconcile.NodeID, 0, len(ids))
-	why := "nothing to launch"
+	ls := make([]*capacity.Launch, len(ids))
 	li, used := 0, 0
-	for _, id := range ids {
-		var l *capacity.Launch
+	for i := range ids {
 		for li < len(launch) && used >= launch[li].Count {
 			li, used = li+1, 0
 		}
 		switch {
 		case li < len(launch):
-			l = &launch[li]
+			ls[i] = &launch[li]
 			used++
-			c.lastLaunch = l
+			c.lastLaunch = ls[i]
 		case c.lastLaunch != nil:
 			// Beyond the purchase (a replacement of a lost node, a retry):
 			// the offering the pool last bought for its work.
-			l = c.lastLaunch
+			ls[i] = c.lastLaunch
 		}
-		ok, stop, reason := c.launch(ctx, id, l)
-		if c.deposed {
-			return
+	}
+	var got []reconcile.NodeID
+	why := "nothing to launch"
+	if c.cfg.CreateConcurrency > 1 && len(ids) > 1 {
+		got, why = c.launchMany(ctx, ids, ls)
+	} else {
+		for i, id := range ids {
+			ok, stop, reason := c.launch(ctx, id, ls[i])
+			if c.deposed {
+				return
+			}
+			if ok {
+				got = append(got, id)
+			} else {
+				why = reason
+			}
+			if stop {
+				break
+			}
 		}
-		if ok {
-			got = append(got, id)
-		} else {
-			why = reason
-		}
-		if stop {
-			break
-		}
+	}
+	if c.deposed {
+		return
 	}
 	if len(got) == 0 {
 		c.queue = append(c.queue, reconcile.ProvisionFailed{Err: why})
@@ -255,55 +264,9 @@ func (c *Controller) launch(ctx context.Context, id reconcile.NodeID, l *capacit
 			return false, true, "journal: " + err.Error()
 		}
 		_, err = c.prov.Create(ctx, c.createRequest(&rec))
-		switch provider.Kind(err) {
-		case provider.KindNone:
-			delete(c.skipUntil, name) // a probe that succeeded: the offering is back
-			c.track(&node{id: id, rec: rec, confirmed: true, deadline: now.Add(c.cfg.LaunchTimeout)})
-			c.emit(TypeNormal, ReasonLaunched, "node %d: machine %s launched from %s ($%.4g/h effective)%s", id, rec.MachineID, name,
-				off.EffectiveCost(), launchWhy(l, name, passed))
-			return true, false, ""
-		case provider.KindStaleFence:
-			c.depose(err)
-			return false, true, err.Error()
-		case provider.KindInsufficientCapacity:
-			c.forget(ctx, rec)
-			until := c.skip(name, now)
-			c.emit(TypeWarning, ReasonInsufficientCapacity, "node %d: %v: %s skipped until %s, %s",
-				id, err, name, until.UTC().Format(time.RFC3339), c.nextText(cands, now))
-			why = err.Error()
-		case provider.KindQuotaExceeded:
-			c.forget(ctx, rec)
-			var qe *provider.QuotaExceededError
-			if errors.As(err, &qe) && qe.Offering != "" {
-				until := c.skip(name, now)
-				c.emit(TypeWarning, ReasonQuotaExceeded, "node %d: %v: %s skipped until %s, %s",
-					id, err, name, until.UTC().Format(time.RFC3339), c.nextText(cands, now))
-				why = err.Error()
-				continue
-			}
-			c.emit(TypeWarning, ReasonQuotaExceeded, "node %d not launched: %v: no more creates until the next tick", id, err)
-			c.quotaHit = err.Error()
-			return false, true, err.Error()
-		case provider.KindInvalid, provider.KindNotFound:
-			c.forget(ctx, rec)
-			until := c.skip(name, now)
-			c.emit(TypeWarning, ReasonOfferingRefused, "node %d: create refused: %v: %s skipped until %s, %s",
-				id, err, name, until.UTC().Format(time.RFC3339), c.nextText(cands, now))
-			why = err.Error()
-		case provider.KindConflict:
-			// A fresh id the provider knows: not ours (another pool, or
-			// retired). Nothing was created for us under it.
-			c.forget(ctx, rec)
-			c.emit(TypeWarning, ReasonConflict, "node %d not launched: %v", id, err)
-			return false, false, err.Error()
-		default:
-			// Transient, canceled or unknown: the Create may have been
-			// accepted. The node counts as launching and the same Create
-			// (a replay if it was) is made again on the next tick.
-			c.track(&node{id: id, rec: rec, tries: 1, deadline: now.Add(c.cfg.LaunchTimeout)})
-			c.emit(TypeWarning, ReasonProviderError, "node %d: create machine %s: %v; it counts as launching and the create is replayed on the next tick",
-				id, rec.MachineID, err)
-			return true, false, ""
+		var next bool
+		if ok, stop, why, next = c.created(ctx, id, l, rec, off, cands, passed, now, err); !next {
+			return ok, stop, why
 		}
 	}
 	if why == "" {
@@ -316,6 +279,65 @@ func (c *Controller) launch(ctx context.Context, id reconcile.NodeID, l *capacit
 	}
 	c.emit(TypeWarning, ReasonNoOffering, "node %d not launched: every offering is being skipped (%s)", id, c.skipList(now))
 	return false, true, why
+}
+
+// created handles the outcome err of the Create of rec (node id, offering
+// off, the first of cands not skipped after passed): the node is launched
+// (ok), or the Provision must stop (stop), or next is set when the next
+// candidate offering is to be tried (the record is forgotten and why says
+// why this one failed).
+func (c *Controller) created(ctx context.Context, id reconcile.NodeID, l *capacity.Launch, rec Record, off capacity.Offering,
+	cands []capacity.Offering, passed []string, now time.Time, err error) (ok, stop bool, why string, next bool) {
+	name := off.Name()
+	switch provider.Kind(err) {
+	case provider.KindNone:
+		delete(c.skipUntil, name) // a probe that succeeded: the offering is back
+		c.track(&node{id: id, rec: rec, confirmed: true, deadline: now.Add(c.cfg.LaunchTimeout)})
+		c.emit(TypeNormal, ReasonLaunched, "node %d: machine %s launched from %s ($%.4g/h effective)%s", id, rec.MachineID, name,
+			off.EffectiveCost(), launchWhy(l, name, passed))
+		return true, false, "", false
+	case provider.KindStaleFence:
+		c.depose(err)
+		return false, true, err.Error(), false
+	case provider.KindInsufficientCapacity:
+		c.forget(ctx, rec)
+		until := c.skip(name, now)
+		c.emit(TypeWarning, ReasonInsufficientCapacity, "node %d: %v: %s skipped until %s, %s",
+			id, err, name, until.UTC().Format(time.RFC3339), c.nextText(cands, now))
+		return false, false, err.Error(), true
+	case provider.KindQuotaExceeded:
+		c.forget(ctx, rec)
+		var qe *provider.QuotaExceededError
+		if errors.As(err, &qe) && qe.Offering != "" {
+			until := c.skip(name, now)
+			c.emit(TypeWarning, ReasonQuotaExceeded, "node %d: %v: %s skipped until %s, %s",
+				id, err, name, until.UTC().Format(time.RFC3339), c.nextText(cands, now))
+			return false, false, err.Error(), true
+		}
+		c.emit(TypeWarning, ReasonQuotaExceeded, "node %d not launched: %v: no more creates until the next tick", id, err)
+		c.quotaHit = err.Error()
+		return false, true, err.Error(), false
+	case provider.KindInvalid, provider.KindNotFound:
+		c.forget(ctx, rec)
+		until := c.skip(name, now)
+		c.emit(TypeWarning, ReasonOfferingRefused, "node %d: create refused: %v: %s skipped until %s, %s",
+			id, err, name, until.UTC().Format(time.RFC3339), c.nextText(cands, now))
+		return false, false, err.Error(), true
+	case provider.KindConflict:
+		// A fresh id the provider knows: not ours (another pool, or
+		// retired). Nothing was created for us under it.
+		c.forget(ctx, rec)
+		c.emit(TypeWarning, ReasonConflict, "node %d not launched: %v", id, err)
+		return false, false, err.Error(), false
+	default:
+		// Transient, canceled or unknown: the Create may have been
+		// accepted. The node counts as launching and the same Create
+		// (a replay if it was) is made again on the next tick.
+		c.track(&node{id: id, rec: rec, tries: 1, deadline: now.Add(c.cfg.LaunchTimeout)})
+		c.emit(TypeWarning, ReasonProviderError, "node %d: create machine %s: %v; it counts as launching and the create is replayed on the next tick",
+			id, rec.MachineID, err)
+		return true, false, "", false
+	}
 }
 
 // launchWhy says why a machine was launched from offering name: the

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/tide-project/tide/internal/reconcile"
 )
@@ -47,6 +48,18 @@ type Workload interface {
 // retried.
 type Forgetter interface {
 	Forget(ctx context.Context, n Node) error
+}
+
+// MarkReader is an optional extension of a Workload whose nodes carry the
+// reconciler's deletion marks where every controller sees them (Kubernetes
+// mode writes them as deletion-candidate taints with their time). A
+// controller taking the pool over with a scale-down delay asks it for the
+// mark of each joined, idle node it adopts, so a failover or restart keeps
+// the marks and their delay continues instead of starting again. A zero
+// time means no mark; an error is reported as an event and the node is
+// adopted unmarked.
+type MarkReader interface {
+	MarkedAt(ctx context.Context, n Node) (time.Time, error)
 }
 
 // IdleWorkload is the Workload of a pool that runs nothing the controller

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
 )
@@ -81,10 +82,16 @@ type DrainComplete struct {
 // Adopt replaces the pool's view of its machines after a controller restart
 // with what the provider and the scheduler report: joined nodes, nodes still
 // booting, and the joined nodes that run non-daemon work. It forgets any
-// provision call in flight, drains and deletion marks; send it as the first
-// event after New.
+// provision call in flight and drains, and keeps only the deletion marks it
+// carries; send it as the first event after New.
 type Adopt struct {
 	Current, Pending, Busy []NodeID
+	// Marks are deletion marks that outlived the restart (ScaleDownDelay >
+	// 0), e.g. read back from the cluster's deletion-candidate taints: the
+	// delay continues from each mark's time instead of starting again. A
+	// mark on a node that is not current, is busy or protected, or has no
+	// time is dropped (the planner marks again when it has to).
+	Marks map[NodeID]time.Time
 	// Launch, when set, is the purchase for the nodes the adopted pool is
 	// short of (a decision that arrived before the restart finished).
 	Launch []capacity.Launch

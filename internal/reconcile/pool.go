@@ -415,8 +415,18 @@ func (p *Pool) onAdopt(ev Adopt) {
 			bad = append(bad, "busy "+strconv.Itoa(int(id)))
 		}
 	}
+	if p.cfg.ScaleDownDelay > 0 {
+		for _, id := range slices.Sorted(maps.Keys(ev.Marks)) {
+			if at := ev.Marks[id]; p.current.has(id) && !p.busy.has(id) && !p.protected(id) && !at.IsZero() {
+				p.marks[id] = at
+			}
+		}
+	}
 	p.note(NoteAdopted, fmt.Sprintf("current %s, pending %s, busy %s",
 		formatIDs(p.current.sorted()), formatIDs(p.pending.sorted()), formatIDs(p.busy.sorted())))
+	if len(p.marks) > 0 {
+		p.note(NoteAdopted, fmt.Sprintf("deletion marks kept: %s", formatIDs(slices.Sorted(maps.Keys(p.marks)))))
+	}
 	if len(bad) > 0 {
 		p.note(NoteIgnored, "adopt entries that name no valid joined node: "+strings.Join(bad, ", "))
 	}

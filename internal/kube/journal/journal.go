@@ -35,7 +35,10 @@ type Journal struct {
 	namespace, name string
 }
 
-var _ controller.Journal = (*Journal)(nil)
+var (
+	_ controller.Journal      = (*Journal)(nil)
+	_ controller.BatchJournal = (*Journal)(nil)
+)
 
 // New returns the journal kept in namespace/name (created on first use).
 func New(api API, namespace, name string) *Journal {
@@ -164,6 +167,43 @@ func (j *Journal) Put(ctx context.Context, epoch uint64, r controller.Record) er
 		return nil
 	}); err != nil {
 		return fmt.Errorf("journal put %q: %w", r.MachineID, err)
+	}
+	return nil
+}
+
+// NextSerials advances the serial counter by n in one write and returns
+// the first new serial (controller.BatchJournal).
+func (j *Journal) NextSerials(ctx context.Context, epoch uint64, n int) (uint64, error) {
+	if n <= 0 {
+		return 0, fmt.Errorf("journal next serials: n: must be positive, got %d", n)
+	}
+	var first uint64
+	err := j.change(ctx, epoch, func(d *data) error {
+		first = d.Serial + 1
+		d.Serial += uint64(n)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("journal next serials: %w", err)
+	}
+	return first, nil
+}
+
+// PutAll validates and stores every record of rs in one write
+// (controller.BatchJournal).
+func (j *Journal) PutAll(ctx context.Context, epoch uint64, rs []controller.Record) error {
+	for i := range rs {
+		if err := rs[i].Validate(); err != nil {
+			return fmt.Errorf("journal put %q: %w", rs[i].MachineID, err)
+		}
+	}
+	if err := j.change(ctx, epoch, func(d *data) error {
+		for _, r := range rs {
+			d.Records[r.MachineID] = r
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("journal put all: %w", err)
 	}
 	return nil
 }

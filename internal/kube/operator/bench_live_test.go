@@ -154,11 +154,13 @@ func TestLiveSpeed(t *testing.T) {
 		}
 		return 0
 	}
-	time.Sleep(3 * time.Second) // let it settle (measurement, not correctness)
+	// Let it settle (measurement, not correctness; shorter at the small
+	// default size, where the figure is only logged).
+	time.Sleep(time.Duration(benchSize(t, 3, 1)) * time.Second)
 	before := rss()
 	l.createMany(t, "mem", nMem, map[string]string{"bench": "mem"}, corev1.PodSpec{
 		NodeSelector: map[string]string{"tier": "none"}, Containers: []corev1.Container{{Name: "c", Image: "x"}}})
-	time.Sleep(5 * time.Second) // informers catch up and a few passes run
+	time.Sleep(time.Duration(benchSize(t, 5, 2)) * time.Second) // informers catch up and a few passes run
 	after := rss()
 	t.Logf("tide kube RSS: %d MiB idle, %d MiB with %d more pods in its informers (%d pods in all)", before, after, nMem, nMem+nPend+nLat)
 }

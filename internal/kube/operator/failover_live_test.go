@@ -22,6 +22,9 @@ import (
 // TestMain lets the test binary be a `tide kube` replica: with
 // TIDE_KUBE_REPLICA set it runs operator.Run (as the CLI does) until killed.
 func TestMain(m *testing.M) {
+	if os.Getenv("TIDE_KUBE_NODE_AGENT") != "" {
+		os.Exit(runNodeAgent())
+	}
 	if id := os.Getenv("TIDE_KUBE_REPLICA"); id != "" {
 		err := operator.Run(context.Background(), operator.Options{Kubeconfig: os.Getenv("TIDE_KUBE_KUBECONFIG"), Namespace: "default",
 			Identity: id, LeaderElection: true, LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second,

@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tide-project/tide/internal/autoscale"
@@ -67,6 +68,12 @@ type API interface {
 	kwok.API
 	workload.API
 }
+
+// CreateConcurrency is how many provider Creates a pool keeps in flight
+// during one Provision (a burst of pending pods): their records are
+// journaled in one ConfigMap write first, so a failover mid-burst still
+// never creates a Node twice.
+const CreateConcurrency = 32
 
 // Recorder records Kubernetes events (record.EventRecorder's method).
 type Recorder interface {
@@ -99,6 +106,11 @@ type Config struct {
 	// Pools, when not empty, limits the operator to the NodePools named
 	// (several operators may then share a cluster, e.g. in tests).
 	Pools []string
+	// Kube mints and revokes the join credentials of machines of
+	// providers other than kwok (nil: such pools cannot join Nodes).
+	Kube kubernetes.Interface
+	// Join says how those machines join (join.go).
+	Join NodeJoin
 }
 
 // Operator runs every NodePool; see the package doc.
@@ -179,6 +191,7 @@ func (o *Operator) ObservePod(pod *corev1.Pod) {
 func (o *Operator) Start(ctx context.Context) error {
 	t := o.clk.NewTicker(o.cfg.Interval)
 	defer t.Stop()
+	defer o.Close()
 	for {
 		if err := o.Pass(ctx); err != nil && ctx.Err() == nil {
 			o.log.Warn("pass failed; retried", "err", err)
@@ -195,6 +208,18 @@ func (o *Operator) Start(ctx context.Context) error {
 				return nil
 			case <-b.C():
 			}
+		}
+	}
+}
+
+// Close releases the pools' providers (the local provider's root: its
+// machines keep running for the next holder on this host). Start calls it
+// when it returns; a pass-driven caller calls it when done.
+func (o *Operator) Close() {
+	for _, r := range o.runners {
+		if r.close != nil {
+			r.close()
+			r.close = nil
 		}
 	}
 }
@@ -255,26 +280,40 @@ func (o *Operator) Pass(ctx context.Context) error {
 		if len(o.cfg.Pools) > 0 && !slices.Contains(o.cfg.Pools, name) {
 			continue
 		}
+		if np.GetDeletionTimestamp() != nil && !slices.Contains(np.GetFinalizers(), Finalizer) {
+			continue // going, and tide has nothing left to do for it
+		}
 		present[name] = true
 		spec, _ := json.Marshal(np.Object["spec"])
+		key := string(spec)
+		if np.GetDeletionTimestamp() != nil {
+			key += deletingKey // a new runner tears the pool down
+		}
 		r := o.runners[name]
-		if r == nil || r.spec != string(spec) {
-			r = o.newRunner(np, string(spec), r)
+		if r == nil || r.spec != key {
+			old := r
+			r = o.newRunner(np, key, old)
+			if old != nil && old.close != nil {
+				old.close()
+			}
 			o.runners[name] = r
 		}
 		r.obj = np
 	}
 	for name := range o.runners {
 		if !present[name] {
-			o.log.Info("NodePool deleted; its pool is no longer managed (its Nodes stay)", "pool", name)
+			o.log.Info("NodePool gone; its pool is no longer managed", "pool", name)
 			o.metrics.forget(name)
+			if r := o.runners[name]; r.close != nil {
+				r.close()
+			}
 			delete(o.runners, name)
 		}
 	}
 	names := slices.Sorted(maps.Keys(o.runners))
 	var pools []demand.Pool
 	for _, name := range names {
-		if r := o.runners[name]; r.err == nil {
+		if r := o.runners[name]; r.err == nil && !r.deleting {
 			pools = append(pools, r.pool.Demand())
 		}
 	}
@@ -370,10 +409,20 @@ type runner struct {
 	obj  *unstructured.Unstructured
 	pool nodepool.Pool
 	err  error // the spec is invalid or not supported: the pool is not run
+	// deleting: the NodePool is being deleted; the runner tears the pool
+	// down (finalizer.go) instead of scaling it.
+	deleting bool
+	// blocked is the last teardown event message (once per message).
+	blocked string
 
-	prov *kwok.Provider
-	ctl  *controller.Controller
-	auto *autoscale.Pool
+	prov provider.Provider
+	kwok *kwok.Provider // the kwok provider (nil for other types): its Sync runs every pass
+	// nodeName maps a machine id to its Node's name.
+	nodeName func(string) string
+	// close releases the provider (the local provider's root lock).
+	close func()
+	ctl   *controller.Controller
+	auto  *autoscale.Pool
 
 	mu       sync.Mutex
 	ordinals map[string]reconcile.NodeID // Node name → ordinal
@@ -398,31 +447,53 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 		o.log.Warn("NodePool not run", "pool", name, "err", err)
 		return r
 	}
-	p, err := nodepool.Parse(name, []byte(spec))
+	r.deleting = strings.HasSuffix(spec, deletingKey)
+	p, err := nodepool.Parse(name, []byte(strings.TrimSuffix(spec, deletingKey)))
 	if err != nil {
 		return fail(err)
 	}
 	r.pool = p
-	if t := p.Config.Provider.Type; t != "kwok" {
-		return fail(fmt.Errorf("spec.provider.type: %q is not supported by tide kube yet (kwok is)", t))
+	rcfg := p.Config.ReconcileConfig()
+	if r.deleting {
+		rcfg = teardownConfig(rcfg)
 	}
-	var taints []corev1.Taint
-	for _, t := range p.Taints {
-		taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+	switch t := p.Config.Provider.Type; t {
+	case "kwok":
+		var taints []corev1.Taint
+		for _, t := range p.Taints {
+			taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+		}
+		kp, err := kwok.New(kwok.Config{API: o.cfg.API, Offerings: p.Config.Offerings, Scope: "tide",
+			Namespace: o.cfg.Namespace, NodeLabels: p.Labels, NodeTaints: taints, Clock: o.clk, Logger: o.log})
+		if err != nil {
+			return fail(err)
+		}
+		r.prov, r.kwok, r.nodeName = kp, kp, kp.NodeName
+	case "local":
+		if old != nil && old.close != nil {
+			old.close() // its root lock: the new provider adopts the machines
+			old.close = nil
+		}
+		lp, err := o.localProvider(name, p.Config.Offerings)
+		if err != nil {
+			return fail(err)
+		}
+		r.prov = joining{Provider: lp, o: o, r: r, provType: t}
+		r.nodeName = func(id string) string { return id }
+		r.close = func() { _ = lp.Close() }
+	default:
+		return fail(fmt.Errorf("spec.provider.type: %q is not supported by tide kube (kwok and local are)", t))
 	}
-	prov, err := kwok.New(kwok.Config{API: o.cfg.API, Offerings: p.Config.Offerings, Scope: "tide",
-		Namespace: o.cfg.Namespace, NodeLabels: p.Labels, NodeTaints: taints, Clock: o.clk, Logger: o.log})
-	if err != nil {
-		return fail(err)
-	}
+	prov := r.prov
 	pol, err := policy.New(p.Config.PolicyConfig())
 	if err != nil {
 		return fail(fmt.Errorf("spec.scaling: %w", err))
 	}
 	journal := kubejournal.New(o.cfg.API, o.cfg.Namespace, "tide-journal-"+name)
-	ctl, err := controller.New(controller.Config{Pool: name, Reconcile: p.Config.ReconcileConfig(), Offerings: p.Config.Offerings,
-		Bootstrap: []byte("kubernetes"), ControllerID: o.cfg.Identity, ReconcileInterval: o.cfg.Interval},
-		controller.Deps{Provider: timedProvider{Provider: prov, o: o}, Journal: journal, Workload: workload.New(o.cfg.API, prov.NodeName, o.log),
+	ctl, err := controller.New(controller.Config{Pool: name, Reconcile: rcfg, Offerings: p.Config.Offerings,
+		Bootstrap: []byte("kubernetes"), ControllerID: o.cfg.Identity, ReconcileInterval: o.cfg.Interval,
+		CreateConcurrency: CreateConcurrency},
+		controller.Deps{Provider: timedProvider{Provider: prov, o: o}, Journal: journal, Workload: workload.New(o.cfg.API, r.nodeName, o.log),
 			Clock: o.clk, Logger: o.log, Metrics: o.cfg.Metrics, Events: controller.EventFunc(func(ev controller.Event) {
 				if r.obj != nil {
 					o.event(r.obj, ev.Type, camel(ev.Reason), ev.Message)
@@ -445,7 +516,7 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 	if err != nil {
 		return fail(err)
 	}
-	r.prov, r.ctl, r.auto = prov, ctl, auto
+	r.ctl, r.auto = ctl, auto
 	return r
 }
 
@@ -464,15 +535,26 @@ func camel(code string) string {
 // runPool runs one pool's pass.
 func (o *Operator) runPool(ctx context.Context, r *runner, now time.Time, pr capacity.Pressure, nodes []*corev1.Node, pending []*corev1.Pod) error {
 	if r.err != nil {
+		if r.deleting {
+			// No provider to delete through: the Nodes stay, say so.
+			return o.release(ctx, r, corev1.EventTypeWarning, "DeletedWithNodes",
+				fmt.Sprintf("tide: NodePool %s is deleted but its spec is not valid (%v): its %s are left in place", r.name, r.err, plural(len(nodes), "node")))
+		}
 		return o.writeStatus(ctx, r, now, nodes, pending, controller.Status{})
 	}
 	st := r.ctl.Status()
 	r.mu.Lock()
 	clear(r.ordinals)
 	for _, n := range st.Nodes {
-		r.ordinals[r.prov.NodeName(n.MachineID)] = n.ID
+		r.ordinals[r.nodeName(n.MachineID)] = n.ID
 	}
 	r.mu.Unlock()
+	if r.deleting {
+		return o.teardown(ctx, r, now, nodes)
+	}
+	if err := o.ensureFinalizer(ctx, r); err != nil {
+		o.log.Warn("NodePool finalizer not added; retried on the next pass", "pool", r.name, "err", err)
+	}
 	r.auto.Observe(pr)
 	r.auto.Evaluate(now)
 	var errs []error
@@ -484,12 +566,19 @@ func (o *Operator) runPool(ctx context.Context, r *runner, now time.Time, pr cap
 		}
 		errs = append(errs, err)
 	}
-	if _, err := r.prov.Sync(ctx); err != nil {
-		errs = append(errs, err)
+	if r.kwok != nil {
+		if _, err := r.kwok.Sync(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	st = r.ctl.Status()
-	if err := o.syncMarks(ctx, r, nodes, st); err != nil {
-		errs = append(errs, err)
+	// Until the controller has taken the pool over (or once it is deposed)
+	// it knows no marks: the taints stay as they are, for the controller
+	// that takes over to read back (controller.MarkReader).
+	if st.Started && !st.Deposed {
+		if err := o.syncMarks(ctx, r, nodes, st); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	o.podEvents(r, pending, st)
 	if err := o.writeStatus(ctx, r, now, nodes, pending, st); err != nil {
@@ -547,7 +636,7 @@ func (o *Operator) syncMarks(ctx context.Context, r *runner, nodes []*corev1.Nod
 	ords := maps.Clone(r.ordinals)
 	r.mu.Unlock()
 	for _, n := range st.Nodes {
-		ords[r.prov.NodeName(n.MachineID)] = n.ID
+		ords[r.nodeName(n.MachineID)] = n.ID
 	}
 	var errs []error
 	for _, n := range nodes {

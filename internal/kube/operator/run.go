@@ -22,6 +22,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,6 +61,16 @@ type Options struct {
 	// Started, when set, is called with the operator once it is built
 	// (before it acts), for tests.
 	Started func(*Operator)
+	// LocalRoot holds the local provider's machines (empty: NodePools of
+	// provider type local are refused).
+	LocalRoot string
+	// NodeServer is the apiserver URL machines join at (default: the one
+	// tide kube uses).
+	NodeServer string
+	// NodeAgent is the command a local machine runs (default: this
+	// binary's `kube node --bootstrap -`); NodeAgentEnv is added to its
+	// environment.
+	NodeAgent, NodeAgentEnv []string
 }
 
 // LeaseName is the leader-election Lease of `tide kube`.
@@ -137,13 +148,25 @@ func Run(ctx context.Context, o Options) error {
 		}
 		opts.LeaderElectionResourceLockInterface = lock
 	}
+	// client-go's default spam filter lets an object have 25 events, then
+	// one per 5 minutes: a NodePool's scale-up alone (Provision, Launched,
+	// …) uses that up and its later events (DeletionBlocked, Deleted) were
+	// dropped. A pool gets a burst of 200 and one a second.
+	bc := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{BurstSize: 200, QPS: 1}))
+	defer bc.Shutdown()
+	opts.EventBroadcaster = bc //nolint:staticcheck // the option is deprecated but the only way to tune the correlator
 	mgr, err := ctrl.NewManager(rc, opts)
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
 	reg := prometheus.NewRegistry()
+	join, err := nodeJoin(rc, o)
+	if err != nil {
+		return err
+	}
 	op, err := New(Config{Client: mgr.GetClient(), API: kubeapi.NewClientset(cs), Recorder: mgr.GetEventRecorderFor("tide"),
-		Namespace: o.Namespace, Identity: o.Identity, Interval: o.Interval, Batch: o.Batch, Logger: o.Logger, Metrics: reg, Pools: o.Pools})
+		Namespace: o.Namespace, Identity: o.Identity, Interval: o.Interval, Batch: o.Batch, Logger: o.Logger, Metrics: reg, Pools: o.Pools,
+		Kube: cs, Join: join})
 	if err != nil {
 		return err
 	}
@@ -209,4 +232,29 @@ func observe(op *Operator, x any) {
 		return
 	}
 	op.Poke()
+}
+
+// nodeJoin is how machines of non-kwok pools reach the apiserver: as this
+// process does (its URL, CA and TLS verification), unless NodeServer says.
+func nodeJoin(rc *rest.Config, o Options) (NodeJoin, error) {
+	j := NodeJoin{Server: rc.Host, CA: rc.CAData, Insecure: rc.Insecure, LocalRoot: o.LocalRoot,
+		Agent: o.NodeAgent, AgentEnv: o.NodeAgentEnv}
+	if o.NodeServer != "" {
+		j.Server = o.NodeServer
+	}
+	if len(j.CA) == 0 && rc.CAFile != "" {
+		b, err := os.ReadFile(rc.CAFile)
+		if err != nil {
+			return j, fmt.Errorf("apiserver CA: %w", err)
+		}
+		j.CA = b
+	}
+	if len(j.Agent) == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return j, fmt.Errorf("node agent: %w", err)
+		}
+		j.Agent = []string{self, "kube", "node", "--bootstrap", "-"}
+	}
+	return j, nil
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/kube/demand"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
 	"github.com/tide-project/tide/internal/kube/kubetest"
 	"github.com/tide-project/tide/internal/kube/operator"
@@ -188,6 +189,30 @@ func TestLiveSeed001(t *testing.T) {
 		expect(t, "0<t<delay: 88 utilized, target 110, 10 untainted", seedStep{nodes: 120, marked: 10, target: 110})
 		clk.Advance(delay / 2)
 		expect(t, "t=delay: the 10 deprovisioned", seedStep{nodes: 110, marked: 0, target: 110})
+	})
+	// A failover half way through the delay: a new controller takes the
+	// pool over (a higher epoch, as a new Lease holder's does), reads the
+	// marks back from the taints and keeps them; the 20 go at the first
+	// marks' delay, not a full delay after the takeover.
+	t.Run("failover", func(t *testing.T) {
+		toStart(t)
+		marks := map[string]string{}
+		for _, n := range l.poolNodes(t, pool) {
+			if m := demand.Mark(&n); !m.IsZero() {
+				marks[n.Name] = m.UTC().Format(time.RFC3339)
+			}
+		}
+		clk.Advance(delay / 2)
+		op = l.passOperator(t, clk, nil, pool)
+		expect(t, "after the takeover: the 20 still tainted, target 100", seedStep{nodes: 120, marked: 20, target: 100})
+		for _, n := range l.poolNodes(t, pool) {
+			if m := demand.Mark(&n); !m.IsZero() && marks[n.Name] != m.UTC().Format(time.RFC3339) {
+				t.Fatalf("Node %s: mark %s after the takeover, was %q: the delay restarted", n.Name, m.UTC().Format(time.RFC3339), marks[n.Name])
+			}
+		}
+		clk.Advance(delay / 2)
+		floor = 100
+		expect(t, "t=delay: the 20 deprovisioned", seedStep{nodes: 100, marked: 0, target: 100})
 	})
 	if r, _ := l.runningPods(t, "default", "seed="+pool); r != len(live) {
 		t.Fatalf("%d pods running at the end, want %d: a utilized Node was taken", r, len(live))

@@ -11,11 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 
 	"github.com/tide-project/tide/internal/controller"
+	"github.com/tide-project/tide/internal/kube/demand"
 	"github.com/tide-project/tide/internal/kube/drain"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
 )
@@ -37,7 +39,10 @@ type Workload struct {
 	log      *slog.Logger
 }
 
-var _ controller.Workload = (*Workload)(nil)
+var (
+	_ controller.Workload   = (*Workload)(nil)
+	_ controller.MarkReader = (*Workload)(nil)
+)
 
 // New returns the workload of a pool whose machine ids name their Nodes
 // through nodeName.
@@ -130,4 +135,17 @@ func (w *Workload) Busy(ctx context.Context, n controller.Node) (bool, error) {
 		}
 	}
 	return !plan.Empty, nil
+}
+
+// MarkedAt reads the node's deletion mark back from its deletion-candidate
+// taint (zero when it has none, or when the Node is gone), so a controller
+// that takes the pool over keeps the marks of its predecessor.
+func (w *Workload) MarkedAt(ctx context.Context, n controller.Node) (time.Time, error) {
+	node, err := w.api.GetNode(ctx, w.nodeName(n.MachineID))
+	if errors.Is(err, kubeapi.ErrNotFound) {
+		return time.Time{}, nil
+	} else if err != nil {
+		return time.Time{}, err
+	}
+	return demand.Mark(node), nil
 }

@@ -29,6 +29,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -227,25 +228,21 @@ func (p *Provider) changeState(ctx context.Context, change func(*state) (bool, e
 // admit checks a mutating call's fence against the pool's highest (the
 // rules of provider.FenceTable) and records a takeover.
 func (p *Provider) admit(ctx context.Context, pool string, f provider.Fence) error {
-	return p.changeState(ctx, func(st *state) (bool, error) {
-		cur, ok := st.Fences[pool]
-		if ok && (f.Epoch < cur.Epoch || f.Epoch == cur.Epoch && f.Controller != cur.Controller) {
-			return false, provider.NewStaleFence(pool, f, cur)
-		}
-		if ok && f.Epoch == cur.Epoch {
-			return false, nil // same controller, same epoch: nothing to record (Seq is audit only)
-		}
-		st.Fences[pool] = f
-		return true, nil
-	})
+	return p.changeState(ctx, func(st *state) (bool, error) { return admitTo(st, pool, f) })
 }
 
-func (p *Provider) gone(ctx context.Context, id string) (bool, error) {
-	_, st, err := p.loadState(ctx)
-	if err != nil {
-		return false, err
+// admitTo checks fence f of pool against st, recording a takeover in st
+// (then it returns true: st is to be written).
+func admitTo(st *state, pool string, f provider.Fence) (bool, error) {
+	cur, ok := st.Fences[pool]
+	if ok && (f.Epoch < cur.Epoch || f.Epoch == cur.Epoch && f.Controller != cur.Controller) {
+		return false, provider.NewStaleFence(pool, f, cur)
 	}
-	return slices.Contains(st.Gone, id), nil
+	if ok && f.Epoch == cur.Epoch {
+		return false, nil // same controller, same epoch: nothing to record (Seq is audit only)
+	}
+	st.Fences[pool] = f
+	return true, nil
 }
 
 // ---- Node ↔ machine ----
@@ -334,9 +331,6 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if err := ctx.Err(); err != nil {
 		return wrap(err)
 	}
-	if err := p.admit(ctx, req.Pool, req.Fence); err != nil {
-		return wrap(err)
-	}
 	replay := func(n *corev1.Node) (provider.Ack, error) {
 		if !p.ours(n) {
 			return wrap(provider.NewConflict(req.MachineID, "", "a Node of that name exists and is not this provider's"))
@@ -347,6 +341,17 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		}
 		return provider.Ack{MachineID: m.ID, State: m.State, Replayed: true}, nil
 	}
+	// One read of the state checks the fence and that the id is not one of
+	// a machine that is gone (a Create is two state reads fewer than it
+	// was: bursts of Creates run concurrently).
+	gone := false
+	if err := p.changeState(ctx, func(st *state) (bool, error) {
+		write, err := admitTo(st, req.Pool, req.Fence)
+		gone = slices.Contains(st.Gone, req.MachineID)
+		return write, err
+	}); err != nil {
+		return wrap(err)
+	}
 	n, err := p.cfg.API.GetNode(ctx, p.NodeName(req.MachineID))
 	switch {
 	case err == nil:
@@ -354,9 +359,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	case !errors.Is(err, kubeapi.ErrNotFound):
 		return wrap(transient(err))
 	}
-	if g, err := p.gone(ctx, req.MachineID); err != nil {
-		return wrap(err)
-	} else if g {
+	if gone {
 		return wrap(provider.NewConflict(req.MachineID, "", "id belonged to a machine that is gone; machine ids are never reused"))
 	}
 	node, err := p.newNode(&req, off, p.cfg.Clock.Now())
@@ -535,7 +538,7 @@ func (p *Provider) Sync(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, transient(err)
 	}
-	done := 0
+	var moves []*corev1.Node
 	for i := range nodes {
 		n := &nodes[i]
 		if !p.ours(n) {
@@ -551,13 +554,42 @@ func (p *Provider) Sync(ctx context.Context) (int, error) {
 		default:
 			continue
 		}
-		if _, err := p.cfg.API.UpdateNode(ctx, n); err != nil && !errors.Is(err, kubeapi.ErrNotFound) && !errors.Is(err, kubeapi.ErrConflict) {
-			return done, transient(err)
-		}
-		done++
+		moves = append(moves, n)
 	}
-	return done, nil
+	// The updates touch one Node each: a burst of Nodes turning Ready is
+	// moved syncConcurrency at a time, not one after another.
+	var (
+		mu    sync.Mutex
+		done  int
+		first error
+		wg    sync.WaitGroup
+	)
+	sem := make(chan struct{}, syncConcurrency)
+	for _, n := range moves {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, err := p.cfg.API.UpdateNode(ctx, n)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				done++
+			case errors.Is(err, kubeapi.ErrNotFound), errors.Is(err, kubeapi.ErrConflict):
+				done++ // gone, or changed: the next Sync sees it again
+			case first == nil:
+				first = transient(err)
+			}
+		}()
+	}
+	wg.Wait()
+	return done, first
 }
+
+// syncConcurrency bounds Sync's Node updates in flight.
+const syncConcurrency = 16
 
 // Run calls Sync every interval until ctx ends.
 func (p *Provider) Run(ctx context.Context, interval time.Duration) {

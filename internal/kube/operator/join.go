@@ -1,0 +1,264 @@
+package operator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/kube/demand"
+	"github.com/tide-project/tide/internal/kube/kubeapi"
+	"github.com/tide-project/tide/internal/kube/nodeagent"
+	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/internal/provider/local"
+)
+
+// AgentClusterRole is the ClusterRole of a machine's join credential
+// (deploy/rbac.yaml): Nodes and their status, nothing else; its Lease in
+// kube-node-lease comes from AgentLeaseClusterRole, bound in that
+// namespace only.
+const (
+	AgentClusterRole      = "tide-node-agent"
+	AgentLeaseClusterRole = "tide-node-agent-lease"
+	// MachineLabel names the machine a credential object belongs to.
+	MachineLabel = "tide.dev/machine-id"
+)
+
+// NodeJoin says how machines of providers other than kwok join the cluster
+// as Nodes.
+type NodeJoin struct {
+	// Server, CA and Insecure are the apiserver as the machines reach it
+	// (default: as tide kube reaches it).
+	Server   string
+	CA       []byte
+	Insecure bool
+	// TokenTTL is the lifetime of a machine's token (default 30 days); the
+	// credential is revoked (its ServiceAccount deleted) when the machine is.
+	TokenTTL time.Duration
+	// LocalRoot holds the local provider's machines, one directory per
+	// pool; empty: the local provider is refused.
+	LocalRoot string
+	// Agent is the command a local machine runs (`tide kube node
+	// --bootstrap -`); the Join is written to its standard input. AgentEnv
+	// is added to its environment.
+	Agent    []string
+	AgentEnv []string
+}
+
+// credName names a machine's ServiceAccount and bindings.
+func credName(machineID string) string { return "tide-node-" + machineID }
+
+// mint creates the machine's own credential (a ServiceAccount bound to
+// AgentClusterRole, and to AgentLeaseClusterRole in kube-node-lease) and
+// returns the encoded Join that carries a token of it.
+func (o *Operator) mint(ctx context.Context, r *runner, machineID, offering, provType string) ([]byte, error) {
+	kc := o.cfg.Kube
+	if kc == nil {
+		return nil, errors.New("no Kubernetes client to mint join credentials with")
+	}
+	off, ok := findOffering(r.pool.Config.Offerings, offering)
+	if !ok {
+		return nil, fmt.Errorf("offering %q is not the pool's", offering)
+	}
+	name := credName(machineID)
+	labels := map[string]string{demand.PoolLabel: r.name, MachineLabel: machineID}
+	meta := metav1.ObjectMeta{Name: name, Namespace: o.cfg.Namespace, Labels: labels}
+	if _, err := kc.CoreV1().ServiceAccounts(o.cfg.Namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: meta},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("service account: %w", err)
+	}
+	subj := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: o.cfg.Namespace}}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Subjects: subj,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: AgentClusterRole}}
+	if _, err := kc.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("cluster role binding: %w", err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nodeagent.LeaseNamespace, Labels: labels}, Subjects: subj,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: AgentLeaseClusterRole}}
+	if _, err := kc.RbacV1().RoleBindings(nodeagent.LeaseNamespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("role binding: %w", err)
+	}
+	ttl := o.cfg.Join.TokenTTL
+	if ttl <= 0 {
+		ttl = 30 * 24 * time.Hour
+	}
+	secs := int64(ttl / time.Second)
+	tr, err := kc.CoreV1().ServiceAccounts(o.cfg.Namespace).CreateToken(ctx, name,
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("token request: %w", err)
+	}
+	capa := map[corev1.ResourceName]string{}
+	for k, v := range demand.ResourceList(off.Resources) {
+		capa[k] = v.String()
+	}
+	var taints []corev1.Taint
+	for _, t := range r.pool.Taints {
+		taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+	}
+	j := nodeagent.Join{Server: o.cfg.Join.Server, CA: string(o.cfg.Join.CA), Insecure: o.cfg.Join.Insecure, Token: tr.Status.Token,
+		Node: machineID, ProviderID: ProviderID(provType, machineID), Labels: r.pool.Labels,
+		Annotations: map[string]string{MachineLabel: machineID}, Taints: taints, Capacity: capa}
+	return j.Encode()
+}
+
+// ProviderID is the spec.providerID of the Node of a machine of a non-kwok
+// provider: tide://<provider type>/<machine id>.
+func ProviderID(provType, machineID string) string { return "tide://" + provType + "/" + machineID }
+
+// revoke deletes the machine's credential: its tokens stop working at once
+// (a bound token is checked against its ServiceAccount on every request).
+func (o *Operator) revoke(ctx context.Context, machineID string) error {
+	kc := o.cfg.Kube
+	if kc == nil {
+		return nil
+	}
+	name := credName(machineID)
+	var errs []error
+	ignore := func(err error) {
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	ignore(kc.CoreV1().ServiceAccounts(o.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{}))
+	ignore(kc.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}))
+	ignore(kc.RbacV1().RoleBindings(nodeagent.LeaseNamespace).Delete(ctx, name, metav1.DeleteOptions{}))
+	return errors.Join(errs...)
+}
+
+func findOffering(offs []capacity.Offering, name string) (capacity.Offering, bool) {
+	i := slices.IndexFunc(offs, func(o capacity.Offering) bool { return o.Name() == name })
+	if i < 0 {
+		return capacity.Offering{}, false
+	}
+	return offs[i], true
+}
+
+// joining hands each machine of a non-kwok pool its own join credential:
+// at Configure (or at Create when the provider's machines boot their agent
+// by themselves, e.g. EC2 user data), and revokes it at Delete, before the
+// machine goes; the machine's Node object is removed after it.
+type joining struct {
+	provider.Provider
+	o        *Operator
+	r        *runner
+	provType string
+}
+
+type selfJoining interface{ JoinsAtCreate() bool }
+
+func (j joining) atCreate() bool {
+	s, ok := j.Provider.(selfJoining)
+	return ok && s.JoinsAtCreate()
+}
+
+// Create mints the machine's Join first when the machine boots its agent
+// by itself.
+func (j joining) Create(ctx context.Context, req provider.CreateRequest) (provider.Ack, error) {
+	if !j.atCreate() || req.Validate() != nil {
+		return j.Provider.Create(ctx, req)
+	}
+	blob, err := j.o.mint(ctx, j.r, req.MachineID, req.Offering, j.provType)
+	if err != nil {
+		return provider.Ack{}, fmt.Errorf("create machine %q: join credential: %w", req.MachineID, provider.NewTransient(err, 0))
+	}
+	req.Bootstrap = blob
+	ack, err := j.Provider.Create(ctx, req)
+	switch provider.Kind(err) {
+	case provider.KindInvalid, provider.KindInsufficientCapacity, provider.KindQuotaExceeded:
+		err = errors.Join(err, j.o.revoke(ctx, req.MachineID)) // nothing has the id
+	}
+	return ack, err
+}
+
+// Configure mints the machine's Join and configures the machine with it.
+func (j joining) Configure(ctx context.Context, req provider.ConfigureRequest) (provider.Ack, error) {
+	if j.atCreate() || req.Validate() != nil {
+		return j.Provider.Configure(ctx, req)
+	}
+	m, err := j.Provider.Get(ctx, req.MachineID)
+	if err != nil {
+		return provider.Ack{}, fmt.Errorf("configure machine %q: %w", req.MachineID, err)
+	}
+	blob, err := j.o.mint(ctx, j.r, req.MachineID, m.Offering, j.provType)
+	if err != nil {
+		return provider.Ack{}, fmt.Errorf("configure machine %q: join credential: %w", req.MachineID, provider.NewTransient(err, 0))
+	}
+	req.Bootstrap = blob
+	return j.Provider.Configure(ctx, req)
+}
+
+// Delete revokes the machine's credential, deletes the machine, then its
+// Node object.
+func (j joining) Delete(ctx context.Context, req provider.DeleteRequest) (provider.Ack, error) {
+	if err := req.Validate(); err != nil {
+		return j.Provider.Delete(ctx, req)
+	}
+	if err := j.o.revoke(ctx, req.MachineID); err != nil {
+		return provider.Ack{}, fmt.Errorf("delete machine %q: revoke its credential: %w", req.MachineID, provider.NewTransient(err, 0))
+	}
+	ack, err := j.Provider.Delete(ctx, req)
+	if err != nil {
+		return ack, err
+	}
+	if err := j.o.cfg.API.DeleteNode(ctx, req.MachineID); err != nil && !errors.Is(err, kubeapi.ErrNotFound) {
+		return provider.Ack{}, fmt.Errorf("delete machine %q: its Node: %w", req.MachineID, provider.NewTransient(err, 0))
+	}
+	return ack, nil
+}
+
+// localProvider is the local provider of a pool: its machines are
+// processes of this host running the node agent.
+func (o *Operator) localProvider(name string, offs []capacity.Offering) (*local.Provider, error) {
+	jc := o.cfg.Join
+	if jc.LocalRoot == "" || len(jc.Agent) == 0 {
+		return nil, errors.New("spec.provider.type: local needs tide kube --local-root (the directory of its machines)")
+	}
+	agent, env := slices.Clone(jc.Agent), slices.Clone(jc.AgentEnv)
+	return local.New(local.Config{Root: filepath.Join(jc.LocalRoot, name), Offerings: offs, Clock: o.clk, Logger: o.log,
+		DrainTimeout: 5 * time.Second,
+		Command: func(w local.Worker) (*exec.Cmd, error) {
+			if _, err := nodeagent.Parse(w.Bootstrap); err != nil {
+				return nil, provider.NewInvalid("bootstrap", err.Error())
+			}
+			cmd := exec.Command(agent[0], agent[1:]...)
+			cmd.Env = append(os.Environ(), env...)
+			cmd.Stdin = bytes.NewReader(w.Bootstrap)
+			return cmd, nil
+		},
+		// The machine has joined once its Node is Ready.
+		Ready: func(ctx context.Context, w local.Worker) error {
+			for {
+				if n, err := o.cfg.API.GetNode(ctx, w.MachineID); err == nil && nodeReady(n) {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("Node %s did not register Ready: %w", w.MachineID, ctx.Err())
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		},
+	})
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
