@@ -16,7 +16,9 @@ import (
 // drain, delete took a 4th tick after the fault cleared. Now a scale-down
 // cancels the excess booting nodes first, with a Drain (the driver cordons,
 // waits for no work, unbinds, then terminates): never a running node's
-// work, never a second provision.
+// work, never a second provision. Booting nodes are cancelled only once the
+// excess was found by cancelAfterTicks Ticks in a row: a dip of the desired
+// count shorter than that (a policy's own spares still booting) keeps them.
 func TestScaleDownCancelsBootingNodesFirst(t *testing.T) {
 	type step struct {
 		ev   Event
@@ -37,7 +39,9 @@ func TestScaleDownCancelsBootingNodesFirst(t *testing.T) {
 			name: "seed 3 churn: desired rises over draining and booting nodes",
 			view: View{Desired: 3, Current: []NodeID{0, 1, 2, 3, 4, 6}, Pending: []NodeID{5, 7}, Draining: []NodeID{3, 4, 6}},
 			steps: []step{
-				{DesiredChanged{Desired: 6}, "abort-drain 3; abort-drain 4; abort-drain 6; drain 7; drain 5"},
+				{DesiredChanged{Desired: 6}, "abort-drain 3; abort-drain 4; abort-drain 6"},
+				{Tick{}, ""}, // the excess has not yet outlived a tick
+				{Tick{}, "drain 7; drain 5"},
 				{DrainComplete{ID: 7}, "terminate 7"},
 				{NodeJoined{ID: 5}, ""}, // joined while cancelled: still draining
 				{DrainComplete{ID: 5}, "terminate 5"},
@@ -49,7 +53,9 @@ func TestScaleDownCancelsBootingNodesFirst(t *testing.T) {
 			name: "desired drops while launches boot: the booting nodes go, not the joined ones",
 			view: View{Desired: 6, Current: []NodeID{0, 1, 2, 3}, Pending: []NodeID{4, 5}},
 			steps: []step{
-				{DesiredChanged{Desired: 4}, "drain 5; drain 4"},
+				{DesiredChanged{Desired: 4}, ""},
+				{Tick{}, ""},
+				{Tick{}, "drain 5; drain 4"},
 				{DrainComplete{ID: 4}, "terminate 4"},
 				{DrainComplete{ID: 5}, "terminate 5"},
 			},
@@ -59,9 +65,25 @@ func TestScaleDownCancelsBootingNodesFirst(t *testing.T) {
 			name: "excess beyond the booting nodes: joined idle ones drain down to desired",
 			view: View{Desired: 7, Current: []NodeID{0, 1, 2, 3, 4}, Pending: []NodeID{5, 6}, Busy: []NodeID{4}},
 			steps: []step{
-				{DesiredChanged{Desired: 2}, "drain 6; drain 5; drain 3; drain 2; drain 1"},
+				{DesiredChanged{Desired: 2}, "drain 3; drain 2; drain 1"},
+				{Tick{}, ""},
+				{Tick{}, "drain 6; drain 5"},
 			},
 			current: "0 1 2 3 4", pending: "5 6", draining: "1 2 3 5 6",
+		},
+		{
+			name: "a dip shorter than the hold: the booting nodes stay",
+			view: View{Desired: 6, Current: []NodeID{0, 1, 2, 3}, Pending: []NodeID{4, 5}},
+			steps: []step{
+				{DesiredChanged{Desired: 4}, ""},
+				{Tick{}, ""},
+				{DesiredChanged{Desired: 6}, ""}, // excess gone: the count restarts
+				{DesiredChanged{Desired: 4}, ""},
+				{Tick{}, ""},
+				{DesiredChanged{Desired: 6}, ""},
+				{NodeJoined{ID: 4}, ""},
+			},
+			current: "0 1 2 3 4", pending: "5", draining: "none",
 		},
 		{
 			name: "desired rises again: cancelled launches are put back, nothing provisioned",
@@ -96,7 +118,9 @@ func TestScaleDownCancelsBootingNodesFirst(t *testing.T) {
 			view: View{Desired: 6, Current: []NodeID{0, 1, 2, 3}, Asked: []NodeID{4, 5}},
 			steps: []step{
 				{DesiredChanged{Desired: 4}, ""},
-				{Provisioned{IDs: []NodeID{4, 5}}, "drain 5; drain 4"},
+				{Provisioned{IDs: []NodeID{4, 5}}, ""},
+				{Tick{}, ""},
+				{Tick{}, "drain 5; drain 4"},
 			},
 			current: "0 1 2 3", pending: "4 5", draining: "4 5",
 		},
