@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -62,15 +61,13 @@ type Controller struct {
 	// busyHint is the last busy report of each node. A report can arrive
 	// before the controller sees the node join (the worker registers with
 	// the head before the next List); it is replayed after NodeJoined.
-	busyHint map[reconcile.NodeID]bool
-	saved    int // desired count in the journal
-	hasSaved bool
-	list     []provider.Machine // this tick's List
-	listed   map[string]int     // by id, index into list; empty when sortedList
-	// sortedList: list is strictly sorted by id, so lookups search it.
-	sortedList bool
-	decisions  uint64
-	events     uint64
+	busyHint  map[reconcile.NodeID]bool
+	saved     int // desired count in the journal
+	hasSaved  bool
+	list      []provider.Machine // this tick's List
+	listed    map[string]int     // by id, index into list
+	decisions uint64
+	events    uint64
 	// Latched until the next tick: a total quota refused a Create (its
 	// error), and an offering was probed while all were being skipped.
 	quotaHit string
@@ -274,10 +271,8 @@ func (c *Controller) errDeposed() error { return fmt.Errorf("pool %q: %w", c.cfg
 
 // index makes list this tick's view of the pool. A list of the same
 // machines in the same order as the last one keeps the last one's index.
-// A list strictly sorted by id (the simulated cloud's) needs no map: a
-// lookup that misses its hint searches the list itself.
 func (c *Controller) index(list []provider.Machine) {
-	same := len(list) == len(c.list) && (c.sortedList || len(c.listed) == len(list))
+	same := len(list) == len(c.list) && len(c.listed) == len(list)
 	for i := 0; same && i < len(list); i++ {
 		same = list[i].ID == c.list[i].ID
 	}
@@ -285,15 +280,7 @@ func (c *Controller) index(list []provider.Machine) {
 	if same {
 		return
 	}
-	sorted := true
-	for i := 1; sorted && i < len(list); i++ {
-		sorted = list[i-1].ID < list[i].ID
-	}
 	clear(c.listed)
-	c.sortedList = sorted
-	if sorted {
-		return
-	}
 	for i := range list {
 		c.listed[list[i].ID] = i
 	}
@@ -308,13 +295,7 @@ func (c *Controller) listedMachine(id string, hint *int) *provider.Machine {
 			return &c.list[i]
 		}
 	}
-	var i int
-	var ok bool
-	if c.sortedList {
-		i, ok = slices.BinarySearchFunc(c.list, id, func(m provider.Machine, id string) int { return strings.Compare(m.ID, id) })
-	} else {
-		i, ok = c.listed[id]
-	}
+	i, ok := c.listed[id]
 	if !ok {
 		return nil
 	}
