@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tide-project/tide/internal/chaostest"
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
@@ -425,14 +426,7 @@ func TestCrashAtEveryStepRealProviders(t *testing.T) {
 		return
 	}
 	every := os.Getenv("TIDE_CHAOS") != ""
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("TIDE_CHAOS_SEED"); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("TIDE_CHAOS_SEED=%q: %v", v, err)
-		}
-		seed = s
-	}
+	seed := chaostest.Seed(t)
 	t.Logf("seed %d (TIDE_CHAOS_SEED=%d replays the kill points)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0x636f6e74))
 	for pi, prov := range []string{"local", "netns"} {

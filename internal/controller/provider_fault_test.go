@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"github.com/tide-project/tide/internal/chaostest"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -20,21 +19,6 @@ import (
 	"github.com/tide-project/tide/internal/provider/local"
 	"github.com/tide-project/tide/internal/provider/providertest"
 )
-
-// chaosSeeds is the size knob of the provider-fault tests: TIDE_CHAOS=N
-// runs seeds 1..N, the default suite seeds 1..def.
-func chaosSeeds(t *testing.T, def int) int {
-	t.Helper()
-	v := os.Getenv("TIDE_CHAOS")
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("TIDE_CHAOS=%q: want a positive number of seeds", v)
-	}
-	return n
-}
 
 // pfault is one provider fault, injected by a providertest.Faulty wrapped
 // around the real provider (the sim cloud, or the local provider).
@@ -162,7 +146,7 @@ func checkProvisionedOnce(t testing.TB, fy *providertest.Faulty) {
 // or being deleted after every tick. Seed 1 by default, TIDE_CHAOS=N
 // for 1..N; figures are logged per fault.
 func TestProviderFaultsSim(t *testing.T) {
-	seeds := chaosSeeds(t, 1)
+	seeds, _ := chaostest.Size(t, 1)
 	for _, f := range pfaults {
 		fig := &faultFigures{}
 		t.Run(f.name, func(t *testing.T) {
@@ -326,7 +310,7 @@ func TestProviderFaultsLocal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real processes")
 	}
-	seeds := chaosSeeds(t, 1)
+	seeds, _ := chaostest.Size(t, 1)
 	for _, f := range pfaults {
 		fig := &faultFigures{}
 		t.Run(f.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/tide-project/tide/internal/chaostest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,35 +16,6 @@ import (
 
 	"github.com/tide-project/tide/internal/client"
 )
-
-// chaosRounds is the size knob of the chaos tests: TIDE_CHAOS=N runs N
-// rounds, the default suite def.
-func chaosRounds(t *testing.T, def int) int {
-	t.Helper()
-	v := os.Getenv("TIDE_CHAOS")
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("TIDE_CHAOS=%q: want a positive number of rounds", v)
-	}
-	return n
-}
-
-// chaosSeed is TIDE_CHAOS_SEED, or the clock's nanoseconds (printed, so a
-// failure can be replayed).
-func chaosSeed(t *testing.T) uint64 {
-	t.Helper()
-	if v := os.Getenv("TIDE_CHAOS_SEED"); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("TIDE_CHAOS_SEED=%q: %v", v, err)
-		}
-		return s
-	}
-	return uint64(time.Now().UnixNano())
-}
 
 // percentile returns the p-th percentile (0..100) of ds, nearest rank.
 func percentile(ds []time.Duration, p int) time.Duration {
@@ -164,8 +136,8 @@ func TestWorkerChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test")
 	}
-	rounds := chaosRounds(t, 2)
-	seed := chaosSeed(t)
+	rounds, _ := chaostest.Size(t, 2)
+	seed := chaostest.Seed(t)
 	t.Logf("seed %d (TIDE_CHAOS_SEED=%d TIDE_CHAOS=%d replays this run)", seed, seed, rounds)
 	rng := rand.New(rand.NewPCG(seed, 16))
 	kinds := []string{"kill9", "freeze", "stop", "kill9-late"}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tide-project/tide/internal/chaostest"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -12,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,35 +24,6 @@ import (
 )
 
 const headChildEnv = "TIDE_HEAD_KILL_CHILD"
-
-// chaosRounds is the size knob of the chaos tests: TIDE_CHAOS=N runs N
-// rounds, the default suite def.
-func chaosRounds(t *testing.T, def int) int {
-	t.Helper()
-	v := os.Getenv("TIDE_CHAOS")
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("TIDE_CHAOS=%q: want a positive number of rounds", v)
-	}
-	return n
-}
-
-// chaosSeed is TIDE_CHAOS_SEED, or the clock's nanoseconds (printed, so a
-// failure can be replayed).
-func chaosSeed(t *testing.T) uint64 {
-	t.Helper()
-	if v := os.Getenv("TIDE_CHAOS_SEED"); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("TIDE_CHAOS_SEED=%q: %v", v, err)
-		}
-		return s
-	}
-	return uint64(time.Now().UnixNano())
-}
 
 // headChild is the killed process: a head on the data dir in the
 // environment, serving on a loopback port it prints.
@@ -124,8 +95,8 @@ func TestHeadKill9DuringSubmitBurst(t *testing.T) {
 		headChild(dir)
 		return
 	}
-	rounds := chaosRounds(t, 3)
-	seed := chaosSeed(t)
+	rounds, _ := chaostest.Size(t, 3)
+	seed := chaostest.Seed(t)
 	t.Logf("seed %d (TIDE_CHAOS_SEED=%d TIDE_CHAOS=%d replays this run)", seed, seed, rounds)
 	rng := rand.New(rand.NewPCG(seed, 0x7469646))
 	dir := t.TempDir()

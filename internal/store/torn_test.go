@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/tide-project/tide/internal/chaostest"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -151,30 +152,6 @@ func batchCounts(t *testing.T, path string) map[int]int {
 	return counts
 }
 
-func tornSize(t *testing.T, def int) int {
-	t.Helper()
-	if v := os.Getenv("TIDE_CHAOS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("TIDE_CHAOS=%q: want a positive number of rounds", v)
-		}
-		return n
-	}
-	return def
-}
-
-func tornSeed(t *testing.T) uint64 {
-	t.Helper()
-	if v := os.Getenv("TIDE_CHAOS_SEED"); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("TIDE_CHAOS_SEED=%q: %v", v, err)
-		}
-		return s
-	}
-	return uint64(time.Now().UnixNano())
-}
-
 // TestKill9InsideTransaction kills a process with SIGKILL at a random
 // moment of an InsertInstances transaction on a real SQLite file, after
 // it committed a few; reopened, the file passes quick_check and
@@ -189,11 +166,12 @@ func TestKill9InsideTransaction(t *testing.T) {
 	}
 	// 300-row transactions by default (the race detector slows the
 	// child's writes tenfold), 3,000 at full size.
-	size, rounds := 300, tornSize(t, 2)
-	if os.Getenv("TIDE_CHAOS") != "" {
+	size := 300
+	rounds, full := chaostest.Size(t, 2)
+	if full {
 		size = 3000
 	}
-	seed := tornSeed(t)
+	seed := chaostest.Seed(t)
 	t.Logf("seed %d (TIDE_CHAOS_SEED=%d TIDE_CHAOS=%d replays this run)", seed, seed, rounds)
 	rng := rand.New(rand.NewPCG(seed, 0x746f726e))
 	kept, dropped := 0, 0
@@ -274,8 +252,8 @@ func TestKill9InsideTransaction(t *testing.T) {
 // Rounds: 1 of each tear, TIDE_CHAOS=N for N.
 func TestTornWALTail(t *testing.T) {
 	const size, batches = 100, 6
-	rounds := tornSize(t, 1)
-	seed := tornSeed(t)
+	rounds, _ := chaostest.Size(t, 1)
+	seed := chaostest.Seed(t)
 	t.Logf("seed %d (TIDE_CHAOS_SEED=%d TIDE_CHAOS=%d replays this run)", seed, seed, rounds)
 	rng := rand.New(rand.NewPCG(seed, 0x77616c))
 	for _, tear := range []string{"cut", "garbage"} {

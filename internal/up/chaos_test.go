@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tide-project/tide/internal/chaostest"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -25,35 +26,6 @@ import (
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/store"
 )
-
-// headChaosSize is the size knob of the chaos tests: TIDE_CHAOS=N runs N
-// rounds (kills), the default suite def.
-func headChaosSize(t *testing.T, def int) (n int, full bool) {
-	t.Helper()
-	v := os.Getenv("TIDE_CHAOS")
-	if v == "" {
-		return def, false
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("TIDE_CHAOS=%q: want a positive number of rounds", v)
-	}
-	return n, true
-}
-
-// headChaosSeed is TIDE_CHAOS_SEED, or the clock's nanoseconds; the test
-// prints it so that a failure can be replayed.
-func headChaosSeed(t *testing.T) uint64 {
-	t.Helper()
-	if v := os.Getenv("TIDE_CHAOS_SEED"); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("TIDE_CHAOS_SEED=%q: %v", v, err)
-		}
-		return s
-	}
-	return uint64(time.Now().UnixNano())
-}
 
 const chaosPool = `pools:
   - name: chaos
@@ -306,7 +278,7 @@ func percentile(d []time.Duration, p int) time.Duration {
 // pending, every worker back). Size: 3 kills and 40 instances; TIDE_CHAOS=N
 // runs N kills of 500 instances; TIDE_CHAOS_SEED replays the printed seed.
 func TestUpKill9DuringPoolBurst(t *testing.T) {
-	kills, full := headChaosSize(t, 3)
+	kills, full := chaostest.Size(t, 3)
 	// The submissions are spread over window and the queue lasts about
 	// as long as the kills (each ≈ 1 s); the last tenth of the kills wait
 	// for the queue to empty, and fall while the idle pool scales down.
@@ -314,7 +286,7 @@ func TestUpKill9DuringPoolBurst(t *testing.T) {
 	if full {
 		instances, sleep, window = 500, 3, time.Duration(kills)*time.Second
 	}
-	seed := headChaosSeed(t)
+	seed := chaostest.Seed(t)
 	replay := fmt.Sprintf("TIDE_CHAOS_SEED=%d", seed)
 	if full {
 		replay += fmt.Sprintf(" TIDE_CHAOS=%d", kills)
