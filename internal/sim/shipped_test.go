@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tide-project/tide/internal/trace"
 )
@@ -91,6 +92,33 @@ func TestEveryTraceHasAShippedConfig(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("examples/simulate/%s is no trace's shipped config", e.Name())
+		}
+	}
+}
+
+// TestReplicaConfigsReleaseAtTheNextTick: a shipped config that turns a
+// rate or level trace into replicas sets an idle_timeout shorter than
+// half its reconcile tick, so that an empty node goes at the first tick
+// after it emptied. The replica count changes only at the edge of a bin
+// (a minute or more), so a node emptied within a bin is not used again
+// before the next edge; tide's default (10 s, for the batch traces, where
+// the next arrival often takes it) kept a node emptied less than 10 s
+// before a 15 s tick for one tick more, and Karpenter (which consolidates
+// an empty node at its next 10 s poll) was 0.01-0.47 % cheaper on those
+// configs (docs/benchmarks.md, "Scaling quality IV"). The batch configs
+// keep the default.
+func TestReplicaConfigsReleaseAtTheNextTick(t *testing.T) {
+	for _, cfgFile := range shippedConfigs {
+		cfg, err := LoadConfig(filepath.Join(examplesDir(), cfgFile))
+		if err != nil {
+			t.Fatalf("%s: %v", cfgFile, err)
+		}
+		idle, tick := time.Duration(cfg.Pool.Scaling.IdleTimeout), cfg.Pool.ReconcileEvery()
+		switch replicas := cfg.Workload.Replicas != nil; {
+		case replicas && (idle <= 0 || 2*idle > tick):
+			t.Errorf("%s: a replica workload's idle_timeout is %v, want one set below half the %v tick", cfgFile, idle, tick)
+		case !replicas && idle != 0:
+			t.Errorf("%s: a batch workload sets idle_timeout %v, want tide's default", cfgFile, idle)
 		}
 	}
 }
