@@ -44,7 +44,7 @@ Then run the controller (two replicas: one holds the Lease and acts):
 	f.StringVar(&o.ProbeAddr, "probe-addr", ":8081", "address of /healthz and /readyz (0: off)")
 	f.DurationVar(&o.Interval, "interval", 5*time.Second, "period of a pass when nothing changes")
 	f.DurationVar(&o.Batch, "batch", 100*time.Millisecond, "delay after a pod or node change before the pass it triggers")
-	f.StringVar(&o.LocalRoot, "local-root", "", "directory of the local provider's machines (NodePools of provider type local need it)")
+	f.StringVar(&o.LocalRoot, "local-root", "", "directory of the machines of local and netns NodePools, which run on this host (one subdirectory per NodePool)")
 	f.StringVar(&o.NodeServer, "node-apiserver", "", "apiserver URL the machines of non-kwok NodePools join at (default: the one tide kube uses)")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
