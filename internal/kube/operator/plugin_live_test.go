@@ -32,8 +32,9 @@ import (
 // are bound there. Scaled to 0, the credentials are revoked, the machines
 // deleted through the plugin (their processes are gone) and the Nodes
 // removed. In the same cluster, a sim NodePool is refused (Ready=False,
-// ProviderCannotJoin) and a netns NodePool without --local-root too
-// (InvalidSpec), and neither gets a Node.
+// ProviderCannotJoin), a netns NodePool without --local-root too
+// (InvalidSpec), a plugin NodePool whose plugin does not start is
+// ProviderUnavailable, and none of them gets a Node.
 func TestLivePluginMachinesJoin(t *testing.T) {
 	l := startLive(t)
 	ctx := context.Background()
@@ -52,7 +53,9 @@ func TestLivePluginMachinesJoin(t *testing.T) {
   "node_labels":{"tier":"sim"}}`)
 	l.nodePool(t, "nsp", `{"nodes":{"min":0,"max":4},"provider":{"type":"netns"},"offerings":[{"type":"n4","cpu":"4","price":1}],
   "node_labels":{"tier":"netns"}}`)
-	l.runOperatorWith(t, operator.Options{Identity: "plg", Pools: []string{"plg", "simp", "nsp"}, NodeBinary: bin, NodeHeartbeat: time.Second})
+	l.nodePool(t, "gone", `{"nodes":{"min":0,"max":4},"provider":{"type":"plugin","options":{"command":["/nonexistent/tide-plugin"]}},
+  "offerings":[{"type":"g4","cpu":"4","price":1}],"node_labels":{"tier":"gone"}}`)
+	l.runOperatorWith(t, operator.Options{Identity: "plg", Pools: []string{"plg", "simp", "nsp", "gone"}, NodeBinary: bin, NodeHeartbeat: time.Second})
 
 	zero := int64(0)
 	for i := range 2 {
@@ -104,7 +107,7 @@ func TestLivePluginMachinesJoin(t *testing.T) {
 	}
 
 	// The refused pools: a clear reason, and no Node.
-	for pool, reason := range map[string]string{"simp": "ProviderCannotJoin", "nsp": "InvalidSpec"} {
+	for pool, reason := range map[string]string{"simp": "ProviderCannotJoin", "nsp": "InvalidSpec", "gone": "ProviderUnavailable"} {
 		kubetest.Eventually(t, time.Minute, func() (bool, string) {
 			c := readyCondition(l.status(t, pool))
 			return c["status"] == "False" && c["reason"] == reason, fmt.Sprintf("NodePool %s: Ready %v, want False/%s", pool, c, reason)
