@@ -48,7 +48,8 @@ func get(t *testing.T, m map[string]any, path ...string) map[string]any {
 
 // TestCRDMirrorsConfig keeps the NodePool schema in step with tide's YAML
 // pool config: every scaling knob of config.Scaling is in the schema and
-// nothing else is, and the spec holds every pool field but name and selector.
+// nothing else is, the spec holds every pool field but name and selector,
+// and provider.type takes every provider type of the config.
 func TestCRDMirrorsConfig(t *testing.T) {
 	var crd map[string]any
 	if err := yaml.Unmarshal(CRD, &crd); err != nil {
@@ -70,6 +71,13 @@ func TestCRDMirrorsConfig(t *testing.T) {
 		if _, ok := spec[f]; !ok {
 			t.Errorf("spec lacks %q", f)
 		}
+	}
+	var types []string
+	for _, v := range get(t, spec, "provider", "properties", "type")["enum"].([]any) {
+		types = append(types, v.(string))
+	}
+	if want := slices.Sorted(slices.Values(config.ProviderTypes)); !slices.Equal(slices.Sorted(slices.Values(types)), want) {
+		t.Errorf("spec.provider.type enum = %v, config.ProviderTypes has %v", types, want)
 	}
 	if _, ok := get(t, versions[0].(map[string]any), "subresources")["status"]; !ok {
 		t.Error("no status subresource")

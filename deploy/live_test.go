@@ -70,7 +70,7 @@ func TestManifestsOnRealAPIServer(t *testing.T) {
 	for _, tc := range []struct{ spec, want string }{
 		{`{"nodes":{"min":3,"max":2},"provider":{"type":"kwok"}}`, "min must be at most max"},
 		{`{"nodes":{"min":0,"max":2},"provider":{"type":"kwok"},"scaling":{"policy":"magic"}}`, "spec.scaling.policy"},
-		{`{"nodes":{"min":0,"max":2},"provider":{"type":"aws"}}`, "spec.provider.type"},
+		{`{"nodes":{"min":0,"max":2},"provider":{"type":"gce"}}`, "spec.provider.type"},
 		{`{"nodes":{"min":0,"max":2},"provider":{"type":"kwok"},"scaling":{"scale_down_delay":"soon"}}`, "spec.scaling.scale_down_delay"},
 		{`{"nodes":{"min":0,"max":2},"provider":{"type":"kwok"},"node_taints":[{"key":"a","effect":"Never"}]}`, "spec.node_taints[0].effect"},
 		{`{"provider":{"type":"kwok"}}`, "spec.nodes"},

@@ -46,6 +46,7 @@ import (
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/head"
 	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/internal/provider/build"
 	"github.com/tide-project/tide/internal/provider/netns"
 )
 
@@ -96,7 +97,7 @@ type Assembly struct {
 	h    *head.Head
 	ln   net.Listener
 	boot []byte
-	env  Env
+	env  build.Env
 	// errs receives the error of a component that stopped by itself.
 	errs chan error
 	// led is set once this head has led (heads on etcd): a later term
@@ -143,7 +144,7 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 		cfg.Binary = exe
 	}
 	a := &Assembly{cfg: cfg, log: log, pools: map[string]*pool{}, errs: make(chan error, 16)}
-	a.env = Env{DataDir: cfg.Head.DataDir, Binary: cfg.Binary, Logger: log, Clock: clock.Real{}}
+	a.env = build.Env{MachinesDir: filepath.Join(cfg.Head.DataDir, "machines"), Binary: cfg.Binary, Logger: log, Clock: clock.Real{}}
 	pools := cfg.Pools
 	source := "pools"
 	if cfg.ConfigPath != "" {
@@ -516,7 +517,7 @@ func (a *Assembly) netnsGateways(source string, pools []config.Pool, host string
 		if pc.Provider.Type != "netns" {
 			continue
 		}
-		nc, err := netnsConfig(pc, a.env)
+		nc, err := build.NetnsConfig(pc, a.env)
 		if err == nil {
 			var g netip.Addr
 			if g, err = netns.PlanGateway(nc); err == nil {

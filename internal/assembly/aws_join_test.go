@@ -50,7 +50,7 @@ func TestAWSUserDataIsTheMachinesBootstrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := joining{Provider: ec2Pool{Provider: p, stop: func() {}}, head: h, headURL: "https://10.0.0.1:8000"}
+	j := joining{Provider: p, head: h, headURL: "https://10.0.0.1:8000"}
 	f := provider.Fence{Controller: "c", Epoch: 1}
 
 	ac, err := awsconfig.LoadDefaultConfig(ctx)

@@ -19,6 +19,7 @@ import (
 	"github.com/tide-project/tide/internal/head"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/internal/provider/build"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/internal/store"
 )
@@ -78,7 +79,7 @@ func (a *Assembly) check(source string, pools []config.Pool, running map[string]
 				where, old.cfg.Provider.Type, pc.Provider.Type))
 			continue
 		}
-		b, err := newProvider(pc, a.env)
+		b, err := build.New(pc, a.env)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", where, err))
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/internal/provider/build"
 )
 
 // Event reasons of the assembly.
@@ -216,7 +217,7 @@ func (a *Assembly) replace(ctx context.Context, old *pool, pc config.Pool, build
 
 // rebuild builds the old pool's provider again from its own settings.
 func rebuild(old *pool, a *Assembly) (provider.Provider, error) {
-	b, err := newProvider(old.cfg, a.env)
+	b, err := build.New(old.cfg, a.env)
 	if err != nil {
 		return nil, err
 	}

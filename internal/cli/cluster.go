@@ -180,21 +180,26 @@ func headTLS(cfg *head.Config, mode string, sans []string, caFile string) error 
 	return nil
 }
 
-// useBootstrap reads a bootstrap blob from path ("-": in) into cfg.
-func useBootstrap(cfg *agent.Config, path string, haveCA bool, in io.Reader) error {
+// readBootstrap reads a bootstrap blob from path ("-": in).
+func readBootstrap(path string, in io.Reader) ([]byte, error) {
 	var data []byte
 	var err error
 	if path == "-" {
 		if in == nil {
-			return errors.New("--bootstrap -: no standard input")
+			return nil, errors.New("--bootstrap -: no standard input")
 		}
 		data, err = io.ReadAll(io.LimitReader(in, provider.MaxBootstrapSize+1))
 	} else {
 		data, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return fmt.Errorf("--bootstrap: %w", err)
+		return nil, fmt.Errorf("--bootstrap: %w", err)
 	}
+	return data, nil
+}
+
+// useBootstrap puts bootstrap blob data, read from path, into cfg.
+func useBootstrap(cfg *agent.Config, path string, data []byte, haveCA bool) error {
 	b, err := provider.ParseBootstrap(bytes.TrimSpace(data))
 	if err != nil {
 		return fmt.Errorf("--bootstrap %s: %w", path, err)
@@ -236,7 +241,10 @@ runs twice. CPU and memory are detected unless given.
 With --bootstrap FILE (or - for standard input) the worker joins with a
 bootstrap blob ('tide bootstrap', or what a provider hands a machine): the
 head's URL, the CA that signed its certificate, the pool, the machine's name
-and a credential that registers only that machine.`,
+and a credential that registers only that machine. A Kubernetes join
+document (what 'tide kube' hands its machines) instead makes this process
+the machine's Node agent, as 'tide kube node --bootstrap FILE' does: the
+other flags are then unused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.HeadURL = cf.head
@@ -291,7 +299,15 @@ and a credential that registers only that machine.`,
 				return badInput(err)
 			}
 			if bootstrapFile != "" {
-				if err := useBootstrap(&cfg, bootstrapFile, cf.caCert != "", s.In); err != nil {
+				data, err := readBootstrap(bootstrapFile, s.In)
+				if err != nil {
+					return badInput(err)
+				}
+				if provider.IsNodeJoin(data) {
+					// tide kube's machine: it joins as a Node.
+					return runNodeAgent(cmd.Context(), s, bootstrapFile, data, 0)
+				}
+				if err := useBootstrap(&cfg, bootstrapFile, data, cf.caCert != ""); err != nil {
 					return badInput(err)
 				}
 			}

@@ -1,10 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -45,7 +44,7 @@ Then run the controller (two replicas: one holds the Lease and acts):
 	f.StringVar(&o.ProbeAddr, "probe-addr", ":8081", "address of /healthz and /readyz (0: off)")
 	f.DurationVar(&o.Interval, "interval", 5*time.Second, "period of a pass when nothing changes")
 	f.DurationVar(&o.Batch, "batch", 100*time.Millisecond, "delay after a pod or node change before the pass it triggers")
-	f.StringVar(&o.LocalRoot, "local-root", "", "directory of the local provider's machines (NodePools of provider type local need it)")
+	f.StringVar(&o.LocalRoot, "local-root", "", "directory of the machines of local and netns NodePools, which run on this host (one subdirectory per NodePool)")
 	f.StringVar(&o.NodeServer, "node-apiserver", "", "apiserver URL the machines of non-kwok NodePools join at (default: the one tide kube uses)")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -93,26 +92,27 @@ machines); on a machine with a container runtime, run kubeadm join instead.
 The join document comes from --bootstrap (a file, or - for standard input).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var b []byte
-			var err error
-			if bootstrap == "-" {
-				b, err = io.ReadAll(io.LimitReader(s.In, 64<<10))
-			} else {
-				b, err = os.ReadFile(bootstrap)
-			}
+			b, err := readBootstrap(bootstrap, s.In)
 			if err != nil {
-				return badInput(fmt.Errorf("--bootstrap: %w", err))
+				return badInput(err)
 			}
-			j, err := nodeagent.Parse(b)
-			if err != nil {
-				return badInput(fmt.Errorf("--bootstrap: %w", err))
-			}
-			log := slog.New(slog.NewTextHandler(s.Err, nil))
-			return nodeagent.Run(cmd.Context(), j, nodeagent.Config{Interval: interval, Logger: log})
+			return runNodeAgent(cmd.Context(), s, bootstrap, b, interval)
 		},
 	}
 	cmd.Flags().StringVar(&bootstrap, "bootstrap", "", "join document (a file, or - for standard input)")
-	cmd.Flags().DurationVar(&interval, "interval", 10*time.Second, "heartbeat period of the Node's Ready condition and Lease")
+	cmd.Flags().DurationVar(&interval, "interval", 0, "heartbeat period of the Node's Ready condition and Lease (default: the join document's, else 10s)")
 	_ = cmd.MarkFlagRequired("bootstrap")
 	return cmd
+}
+
+// runNodeAgent registers the machine as the Node of join document b (read
+// from path) and heartbeats every interval (0: the document's) until ctx
+// ends.
+func runNodeAgent(ctx context.Context, s Streams, path string, b []byte, interval time.Duration) error {
+	j, err := nodeagent.Parse(b)
+	if err != nil {
+		return badInput(fmt.Errorf("--bootstrap %s: %w", path, err))
+	}
+	log := slog.New(slog.NewTextHandler(s.Err, nil))
+	return nodeagent.Run(ctx, j, nodeagent.Config{Interval: interval, Logger: log})
 }

@@ -171,3 +171,26 @@ func ParseBootstrap(data []byte) (Bootstrap, error) {
 	}
 	return b, nil
 }
+
+// NodeJoinKind is the "kind" of the other blob a machine may find in its
+// bootstrap slot: a Kubernetes join document minted by `tide kube`
+// (internal/kube/nodeagent.Join: an apiserver, a token of the machine's
+// own ServiceAccount, the Node to register). `tide worker --bootstrap`
+// given one registers the machine as that Node (the node agent, `tide kube
+// node`) instead of joining a head, so every provider that starts a tide
+// worker with its blob (local, netns, serve-local, EC2 user data) joins
+// Kubernetes clusters unchanged.
+const NodeJoinKind = "tide.dev/node-join"
+
+// IsNodeJoin reports whether blob is a Kubernetes join document: a JSON
+// object whose kind is NodeJoinKind. Its fields are the node agent's to
+// check.
+func IsNodeJoin(blob []byte) bool {
+	if len(blob) > MaxBootstrapSize {
+		return false
+	}
+	var k struct {
+		Kind string `json:"kind"`
+	}
+	return json.Unmarshal(bytes.TrimSpace(blob), &k) == nil && k.Kind == NodeJoinKind
+}

@@ -29,6 +29,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/tide-project/tide/internal/provider"
 )
 
 // JoinVersion is the version of the Join wire form.
@@ -42,7 +44,10 @@ const ReadyReason = "TideNodeAgentReady"
 
 // Join is what a machine needs to join as a Node.
 type Join struct {
-	Version int `json:"version"`
+	// Kind is provider.NodeJoinKind: `tide worker --bootstrap` tells a
+	// Join from a head's bootstrap by it.
+	Kind    string `json:"kind"`
+	Version int    `json:"version"`
 	// Server is the apiserver's URL; CA its PEM CA bundle (empty: the
 	// system roots); Insecure skips verification (test clusters only: set
 	// when tide kube itself talks to the apiserver that way).
@@ -60,11 +65,14 @@ type Join struct {
 	Taints      []corev1.Taint    `json:"taints,omitempty"`
 	// Capacity is the machine's capacity (also its allocatable).
 	Capacity map[corev1.ResourceName]string `json:"capacity"`
+	// HeartbeatSeconds is the agent's heartbeat period when its
+	// Config.Interval is not set (0: 10 s).
+	HeartbeatSeconds int `json:"heartbeat_seconds,omitempty"`
 }
 
 // Encode returns the Join as one line of JSON.
 func (j Join) Encode() ([]byte, error) {
-	j.Version = JoinVersion
+	j.Kind, j.Version = provider.NodeJoinKind, JoinVersion
 	return json.Marshal(j)
 }
 
@@ -75,6 +83,9 @@ func Parse(b []byte) (Join, error) {
 		return Join{}, fmt.Errorf("join: %w", err)
 	}
 	var errs []error
+	if j.Kind != provider.NodeJoinKind {
+		errs = append(errs, fmt.Errorf("kind: want %q, got %q", provider.NodeJoinKind, j.Kind))
+	}
 	if j.Version != JoinVersion {
 		errs = append(errs, fmt.Errorf("version: want %d, got %d", JoinVersion, j.Version))
 	}
@@ -90,6 +101,9 @@ func Parse(b []byte) (Join, error) {
 	if j.ProviderID == "" {
 		errs = append(errs, errors.New("provider_id: must be set"))
 	}
+	if j.HeartbeatSeconds < 0 {
+		errs = append(errs, fmt.Errorf("heartbeat_seconds: must not be negative, got %d", j.HeartbeatSeconds))
+	}
 	for k, v := range j.Capacity {
 		if _, err := resource.ParseQuantity(v); err != nil {
 			errs = append(errs, fmt.Errorf("capacity.%s: %w", k, err))
@@ -103,8 +117,8 @@ func Parse(b []byte) (Join, error) {
 
 // Config tunes Run.
 type Config struct {
-	// Interval is the heartbeat period (default 10s); the Lease lasts four
-	// of them.
+	// Interval is the heartbeat period (default: the Join's
+	// HeartbeatSeconds, else 10s); the Lease lasts four of them.
 	Interval time.Duration
 	Logger   *slog.Logger
 }
@@ -113,6 +127,9 @@ type Config struct {
 // heartbeat is logged and retried; Run returns an error only when the Node
 // cannot be registered at all (ctx bounds the tries).
 func Run(ctx context.Context, j Join, cfg Config) error {
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Duration(j.HeartbeatSeconds) * time.Second
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 10 * time.Second
 	}

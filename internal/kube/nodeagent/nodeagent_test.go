@@ -55,7 +55,7 @@ func TestParse(t *testing.T) {
 // FuzzParse: Parse never panics, and what it accepts encodes and parses
 // back the same.
 func FuzzParse(f *testing.F) {
-	f.Add([]byte(`{"version":1,"server":"https://a","token":"t","node":"n","provider_id":"tide://local/n","capacity":{"cpu":"1"}}`))
+	f.Add([]byte(`{"kind":"tide.dev/node-join","version":1,"server":"https://a","token":"t","node":"n","provider_id":"tide://local/n","capacity":{"cpu":"1"}}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		j, err := Parse(b)

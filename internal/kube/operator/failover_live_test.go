@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -15,15 +16,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tide-project/tide/internal/cli"
 	"github.com/tide-project/tide/internal/kube/kubetest"
 	"github.com/tide-project/tide/internal/kube/operator"
+	"github.com/tide-project/tide/internal/provider/aws/awstest"
 )
 
 // TestMain lets the test binary be a `tide kube` replica: with
 // TIDE_KUBE_REPLICA set it runs operator.Run (as the CLI does) until killed.
+// With TIDE_TEST_AS_TIDE set it is the tide command itself (cmd/tide):
+// what machines on this host run (`tide worker --bootstrap -`, which a join
+// document makes the Node agent) and the plugins they are served by (`tide
+// provider serve-local`).
 func TestMain(m *testing.M) {
-	if os.Getenv("TIDE_KUBE_NODE_AGENT") != "" {
-		os.Exit(runNodeAgent())
+	if os.Getenv(asTide) != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		go func() { <-ctx.Done(); stop() }()
+		code := cli.Main(ctx, os.Args[1:], cli.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+		stop()
+		os.Exit(code)
 	}
 	if id := os.Getenv("TIDE_KUBE_REPLICA"); id != "" {
 		err := operator.Run(context.Background(), operator.Options{Kubeconfig: os.Getenv("TIDE_KUBE_KUBECONFIG"), Namespace: "default",
@@ -33,7 +44,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "tide kube replica %s: %v\n", id, err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	awstest.StopMoto()
+	os.Exit(code)
 }
 
 // replica is a `tide kube` process.

@@ -1,13 +1,9 @@
 package operator
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -16,13 +12,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/kube/demand"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
 	"github.com/tide-project/tide/internal/provider"
-	"github.com/tide-project/tide/internal/provider/local"
+	"github.com/tide-project/tide/internal/provider/build"
 )
 
 // AgentClusterRole is the ClusterRole of a machine's join credential
@@ -44,17 +41,19 @@ type NodeJoin struct {
 	Server   string
 	CA       []byte
 	Insecure bool
+	// Heartbeat is the machines' Node heartbeat period (0: the agent's
+	// default, 10s).
+	Heartbeat time.Duration
 	// TokenTTL is the lifetime of a machine's token (default 30 days); the
 	// credential is revoked (its ServiceAccount deleted) when the machine is.
 	TokenTTL time.Duration
-	// LocalRoot holds the local provider's machines, one directory per
-	// pool; empty: the local provider is refused.
+	// LocalRoot holds the machines of the providers that run them on this
+	// host (local, netns), one directory per pool; empty: such pools are
+	// refused.
 	LocalRoot string
-	// Agent is the command a local machine runs (`tide kube node
-	// --bootstrap -`); the Join is written to its standard input. AgentEnv
-	// is added to its environment.
-	Agent    []string
-	AgentEnv []string
+	// Binary is the tide executable those machines run (`tide worker
+	// --bootstrap -`, which a join document turns into the Node agent).
+	Binary string
 }
 
 // credName names a machine's ServiceAccount and bindings.
@@ -110,7 +109,8 @@ func (o *Operator) mint(ctx context.Context, r *runner, machineID, offering, pro
 	}
 	j := nodeagent.Join{Server: o.cfg.Join.Server, CA: string(o.cfg.Join.CA), Insecure: o.cfg.Join.Insecure, Token: tr.Status.Token,
 		Node: machineID, ProviderID: ProviderID(provType, machineID), Labels: r.pool.Labels,
-		Annotations: map[string]string{MachineLabel: machineID}, Taints: taints, Capacity: capa}
+		Annotations: map[string]string{MachineLabel: machineID}, Taints: taints, Capacity: capa,
+		HeartbeatSeconds: int(o.cfg.Join.Heartbeat / time.Second)}
 	return j.Encode()
 }
 
@@ -219,39 +219,53 @@ func (j joining) Delete(ctx context.Context, req provider.DeleteRequest) (provid
 	return ack, nil
 }
 
-// localProvider is the local provider of a pool: its machines are
-// processes of this host running the node agent.
-func (o *Operator) localProvider(name string, offs []capacity.Offering) (*local.Provider, error) {
-	jc := o.cfg.Join
-	if jc.LocalRoot == "" || len(jc.Agent) == 0 {
-		return nil, errors.New("spec.provider.type: local needs tide kube --local-root (the directory of its machines)")
+// buildEnv is what the providers of non-kwok pools are built with (the
+// construction `tide head` uses, internal/provider/build).
+func (o *Operator) buildEnv() build.Env {
+	return build.Env{MachinesDir: o.cfg.Join.LocalRoot, Binary: o.cfg.Join.Binary, Clock: o.clk, Logger: o.log}
+}
+
+// Get reports the machine; see joined.
+func (j joining) Get(ctx context.Context, id string) (provider.Machine, error) {
+	m, err := j.Provider.Get(ctx, id)
+	if err == nil {
+		j.joined(ctx, &m)
 	}
-	agent, env := slices.Clone(jc.Agent), slices.Clone(jc.AgentEnv)
-	return local.New(local.Config{Root: filepath.Join(jc.LocalRoot, name), Offerings: offs, Clock: o.clk, Logger: o.log,
-		DrainTimeout: 5 * time.Second,
-		Command: func(w local.Worker) (*exec.Cmd, error) {
-			if _, err := nodeagent.Parse(w.Bootstrap); err != nil {
-				return nil, provider.NewInvalid("bootstrap", err.Error())
-			}
-			cmd := exec.Command(agent[0], agent[1:]...)
-			cmd.Env = append(os.Environ(), env...)
-			cmd.Stdin = bytes.NewReader(w.Bootstrap)
-			return cmd, nil
-		},
-		// The machine has joined once its Node is Ready.
-		Ready: func(ctx context.Context, w local.Worker) error {
-			for {
-				if n, err := o.cfg.API.GetNode(ctx, w.MachineID); err == nil && nodeReady(n) {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("Node %s did not register Ready: %w", w.MachineID, ctx.Err())
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
-		},
-	})
+	return m, err
+}
+
+// List reports the machines; see joined.
+func (j joining) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
+	ms, err := j.Provider.List(ctx, f)
+	for i := range ms {
+		j.joined(ctx, &ms[i])
+	}
+	return ms, err
+}
+
+// joined shows a Configured machine as Configuring until its Node is
+// Ready: the provider only knows that the machine runs its agent, the
+// pool has a Node once the agent registered it (a machine that never gets
+// there is replaced after the launch timeout). Once seen Ready, the
+// machine stays Configured for this runner whatever its Node does.
+func (j joining) joined(ctx context.Context, m *provider.Machine) {
+	if m.State != provider.Configured {
+		return
+	}
+	j.r.mu.Lock()
+	seen := j.r.joined[m.ID]
+	j.r.mu.Unlock()
+	if seen {
+		return
+	}
+	var n corev1.Node
+	if err := j.o.cfg.Client.Get(ctx, client.ObjectKey{Name: m.ID}, &n); err != nil || !nodeReady(&n) {
+		m.State = provider.Configuring
+		return
+	}
+	j.r.mu.Lock()
+	j.r.joined[m.ID] = true
+	j.r.mu.Unlock()
 }
 
 func nodeReady(n *corev1.Node) bool {

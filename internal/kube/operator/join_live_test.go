@@ -3,8 +3,6 @@ package operator_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -27,19 +25,21 @@ import (
 	"github.com/tide-project/tide/internal/kube/operator"
 )
 
-// runNodeAgent is `tide kube node --bootstrap -` in the test binary (the
-// local provider's machines run it), heartbeating every second.
-func runNodeAgent() int {
-	b, err := io.ReadAll(os.Stdin)
-	if err == nil {
-		var j nodeagent.Join
-		if j, err = nodeagent.Parse(b); err == nil {
-			err = nodeagent.Run(context.Background(), j, nodeagent.Config{Interval: time.Second,
-				Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
-		}
-	}
-	fmt.Fprintf(os.Stderr, "node agent: %v\n", err)
-	return 1
+// asTide makes the test binary the tide command (TestMain).
+const asTide = "TIDE_TEST_AS_TIDE"
+
+// machinesRunTide makes the processes this test starts from now on (the
+// machines, the plugins) run the test binary as the tide command, marked
+// so that killMarked finds any a failed test left running; it returns the
+// binary.
+func machinesRunTide(t *testing.T) string {
+	t.Helper()
+	marker := fmt.Sprintf("TIDE_KUBE_TEST_MACHINE=%d-%d", os.Getpid(), time.Now().UnixNano())
+	k, v, _ := strings.Cut(marker, "=")
+	t.Setenv(asTide, "1")
+	t.Setenv(k, v)
+	t.Cleanup(func() { killMarked(t, marker) }) // runs after the operator stopped
+	return os.Args[0]
 }
 
 const localPool = `{"nodes":{"min":0,"max":4},"provider":{"type":"local"},
@@ -62,10 +62,9 @@ func TestLiveLocalMachinesJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.nodePool(t, "loc", localPool)
-	marker := fmt.Sprintf("TIDE_KUBE_TEST_MACHINE=%d-%d", os.Getpid(), time.Now().UnixNano())
-	t.Cleanup(func() { killMarked(t, marker) }) // runs after the operator stopped
+	bin := machinesRunTide(t)
 	l.runOperatorWith(t, operator.Options{Identity: "loc", Pools: []string{"loc"}, LocalRoot: t.TempDir(),
-		NodeAgent: []string{os.Args[0], "-test.run=^$"}, NodeAgentEnv: []string{"TIDE_KUBE_NODE_AGENT=1", marker}})
+		NodeBinary: bin, NodeHeartbeat: time.Second})
 
 	zero := int64(0)
 	for i := range 2 {

@@ -19,10 +19,12 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -51,6 +53,7 @@ import (
 	"github.com/tide-project/tide/internal/kube/workload"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/internal/provider/build"
 	"github.com/tide-project/tide/internal/provider/kwok"
 	"github.com/tide-project/tide/internal/reconcile"
 )
@@ -108,6 +111,8 @@ type Config struct {
 	Pools []string
 	// Kube mints and revokes the join credentials of machines of
 	// providers other than kwok (nil: such pools cannot join Nodes).
+	// Those providers are built as `tide head` builds them
+	// (internal/provider/build).
 	Kube kubernetes.Interface
 	// Join says how those machines join (join.go).
 	Join NodeJoin
@@ -212,8 +217,9 @@ func (o *Operator) Start(ctx context.Context) error {
 	}
 }
 
-// Close releases the pools' providers (the local provider's root: its
-// machines keep running for the next holder on this host). Start calls it
+// Close releases the pools' providers (the local provider's root, a
+// plugin's process: their machines keep running for the next holder on
+// this host to adopt). Start calls it
 // when it returns; a pass-driven caller calls it when done.
 func (o *Operator) Close() {
 	for _, r := range o.runners {
@@ -409,6 +415,9 @@ type runner struct {
 	obj  *unstructured.Unstructured
 	pool nodepool.Pool
 	err  error // the spec is invalid or not supported: the pool is not run
+	// reason is the Ready condition's reason while err is set
+	// ("InvalidSpec" when empty).
+	reason string
 	// deleting: the NodePool is being deleted; the runner tears the pool
 	// down (finalizer.go) instead of scaling it.
 	deleting bool
@@ -426,6 +435,7 @@ type runner struct {
 
 	mu       sync.Mutex
 	ordinals map[string]reconcile.NodeID // Node name → ordinal
+	joined   map[string]bool             // machines whose Node was seen Ready
 
 	podMsg     map[types.UID]string
 	lastStatus string
@@ -436,14 +446,14 @@ type runner struct {
 // previous spec: its conditions carry over).
 func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *runner) *runner {
 	name := np.GetName()
-	r := &runner{name: name, spec: spec, ordinals: map[string]reconcile.NodeID{}, podMsg: map[types.UID]string{},
+	r := &runner{name: name, spec: spec, ordinals: map[string]reconcile.NodeID{}, joined: map[string]bool{}, podMsg: map[types.UID]string{},
 		conds: map[string]metav1.Condition{}}
 	if old != nil {
 		r.conds = old.conds
 	}
 	fail := func(err error) *runner {
 		r.err = err
-		o.event(np, corev1.EventTypeWarning, "InvalidSpec", err.Error())
+		o.event(np, corev1.EventTypeWarning, cmp.Or(r.reason, "InvalidSpec"), err.Error())
 		o.log.Warn("NodePool not run", "pool", name, "err", err)
 		return r
 	}
@@ -469,20 +479,39 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 			return fail(err)
 		}
 		r.prov, r.kwok, r.nodeName = kp, kp, kp.NodeName
-	case "local":
+	default:
+		// Every other type is built as `tide head` builds it
+		// (internal/provider/build); its machines join as Nodes with
+		// credentials of their own (join.go).
+		if why := build.RunsNoAgent(t); why != "" {
+			r.reason = "ProviderCannotJoin"
+			return fail(fmt.Errorf("spec.provider.type: %s", why))
+		}
+		b, err := build.New(p.Config, o.buildEnv())
+		if err != nil {
+			if t == "local" || t == "netns" {
+				err = fmt.Errorf("%w (tide kube --local-root)", err)
+			}
+			return fail(fmt.Errorf("spec.%w", err))
+		}
 		if old != nil && old.close != nil {
-			old.close() // its root lock: the new provider adopts the machines
+			old.close() // its lock on the machines' state: the new provider adopts them
 			old.close = nil
 		}
-		lp, err := o.localProvider(name, p.Config.Offerings)
+		bp, err := b()
 		if err != nil {
+			// Not the spec's fault (a plugin that did not start): the
+			// next pass builds it again.
+			r.reason, r.spec = "ProviderUnavailable", ""
 			return fail(err)
 		}
-		r.prov = joining{Provider: lp, o: o, r: r, provType: t}
+		r.prov = joining{Provider: bp, o: o, r: r, provType: t}
 		r.nodeName = func(id string) string { return id }
-		r.close = func() { _ = lp.Close() }
-	default:
-		return fail(fmt.Errorf("spec.provider.type: %q is not supported by tide kube (kwok and local are)", t))
+		r.close = func() {
+			if c, ok := bp.(io.Closer); ok {
+				_ = c.Close()
+			}
+		}
 	}
 	prov := r.prov
 	pol, err := policy.New(p.Config.PolicyConfig())
@@ -762,7 +791,7 @@ func (o *Operator) writeStatus(ctx context.Context, r *runner, now time.Time, no
 	status := map[string]any{"observedGeneration": r.obj.GetGeneration(), "current": len(nodes), "marked": marked(nodes), "pending": len(pending)}
 	switch {
 	case r.err != nil:
-		setCond("Ready", false, "InvalidSpec", r.err.Error())
+		setCond("Ready", false, cmp.Or(r.reason, "InvalidSpec"), r.err.Error())
 	case st.Deposed:
 		setCond("Ready", false, "Deposed", "another controller holds the pool; this replica starts over")
 	case !st.Started:

@@ -61,16 +61,19 @@ type Options struct {
 	// Started, when set, is called with the operator once it is built
 	// (before it acts), for tests.
 	Started func(*Operator)
-	// LocalRoot holds the local provider's machines (empty: NodePools of
-	// provider type local are refused).
+	// LocalRoot holds the machines of NodePools whose provider runs them
+	// on this host (local, netns), one directory per NodePool (empty:
+	// such NodePools are refused).
 	LocalRoot string
 	// NodeServer is the apiserver URL machines join at (default: the one
 	// tide kube uses).
 	NodeServer string
-	// NodeAgent is the command a local machine runs (default: this
-	// binary's `kube node --bootstrap -`); NodeAgentEnv is added to its
-	// environment.
-	NodeAgent, NodeAgentEnv []string
+	// NodeBinary is the tide executable machines on this host run as
+	// `tide worker --bootstrap -` (default: this binary).
+	NodeBinary string
+	// NodeHeartbeat is the heartbeat period of the machines' Node agents
+	// (0: 10s).
+	NodeHeartbeat time.Duration
 }
 
 // LeaseName is the leader-election Lease of `tide kube`.
@@ -237,8 +240,8 @@ func observe(op *Operator, x any) {
 // nodeJoin is how machines of non-kwok pools reach the apiserver: as this
 // process does (its URL, CA and TLS verification), unless NodeServer says.
 func nodeJoin(rc *rest.Config, o Options) (NodeJoin, error) {
-	j := NodeJoin{Server: rc.Host, CA: rc.CAData, Insecure: rc.Insecure, LocalRoot: o.LocalRoot,
-		Agent: o.NodeAgent, AgentEnv: o.NodeAgentEnv}
+	j := NodeJoin{Server: rc.Host, CA: rc.CAData, Insecure: rc.Insecure, LocalRoot: o.LocalRoot, Binary: o.NodeBinary,
+		Heartbeat: o.NodeHeartbeat}
 	if o.NodeServer != "" {
 		j.Server = o.NodeServer
 	}
@@ -249,12 +252,12 @@ func nodeJoin(rc *rest.Config, o Options) (NodeJoin, error) {
 		}
 		j.CA = b
 	}
-	if len(j.Agent) == 0 {
+	if j.Binary == "" {
 		self, err := os.Executable()
 		if err != nil {
-			return j, fmt.Errorf("node agent: %w", err)
+			return j, fmt.Errorf("node binary: %w", err)
 		}
-		j.Agent = []string{self, "kube", "node", "--bootstrap", "-"}
+		j.Binary = self
 	}
 	return j, nil
 }

@@ -182,8 +182,9 @@ func DefaultOffering() (capacity.Offering, error) {
 }
 
 // WorkerCommand returns a Command that runs `binary worker` for a machine:
-// it checks the bootstrap blob (provider.ParseBootstrap) and hands it to
-// the worker on its standard input (`--bootstrap -`), so the join
+// it checks the bootstrap blob (provider.ParseBootstrap; a Kubernetes join
+// document, provider.IsNodeJoin, is left to the node agent the worker
+// runs for it) and hands it to the worker on its standard input (`--bootstrap -`), so the join
 // credential is neither on the command line, where ps shows it, nor in the
 // environment its instances inherit. It passes the machine id as --name,
 // the data directory, the pool and the offering's gpus and its cpu and
@@ -194,8 +195,10 @@ func DefaultOffering() (capacity.Offering, error) {
 func WorkerCommand(binary string, extraArgs ...string) func(Worker) (*exec.Cmd, error) {
 	extra := slices.Clone(extraArgs)
 	return func(w Worker) (*exec.Cmd, error) {
-		if _, err := provider.ParseBootstrap(w.Bootstrap); err != nil {
-			return nil, err
+		if !provider.IsNodeJoin(w.Bootstrap) {
+			if _, err := provider.ParseBootstrap(w.Bootstrap); err != nil {
+				return nil, err
+			}
 		}
 		r := w.Offering.Resources
 		args := []string{"worker",

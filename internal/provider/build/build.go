@@ -1,4 +1,10 @@
-package assembly
+// Package build builds a pool's provider from its configuration block
+// (`provider: {type, options}`): the one place that knows every provider
+// type tide runs machines with (aws, local, netns, plugin, sim). `tide
+// head` (internal/assembly) and `tide kube` (internal/kube/operator) both
+// build their pools' providers here; each wraps the result with how its
+// machines join (a head's worker credential, a Kubernetes Node's).
+package build
 
 import (
 	"encoding/json"
@@ -19,32 +25,45 @@ import (
 	"github.com/tide-project/tide/internal/strictjson"
 )
 
-// Env is what a provider may use from the assembly that runs it.
+// Env is what a provider may use from the process that runs it.
 type Env struct {
-	// DataDir is the head's data dir; a provider keeps its state under
-	// DataDir/machines/<pool>.
-	DataDir string
-	// Binary is the tide executable that machines on this host run.
+	// MachinesDir holds the state of the providers whose machines run on
+	// this host (local, netns), one subdirectory per pool
+	// (MachinesDir/<pool>); empty: such pools are refused.
+	MachinesDir string
+	// Binary is the tide executable that machines on this host run (as
+	// `tide worker --bootstrap -`, which joins what its blob says: a head,
+	// or a Kubernetes cluster as a Node).
 	Binary string
 	// Logger is the pool's logger.
 	Logger *slog.Logger
-	// Clock is the assembly's clock.
+	// Clock is the process's clock.
 	Clock clock.Clock
 }
 
-// providerTypes lists the provider types newProvider builds, for errors.
-var providerTypes = []string{"aws", "local", "netns", "plugin", "sim"}
+// Types lists the provider types New builds.
+var Types = []string{"aws", "local", "netns", "plugin", "sim"}
 
-// newProvider checks pool pc's provider section and returns the function
-// that builds its provider. Checking has no side effects (a config refused
-// at start or on reload leaves nothing behind); building may create
+// RunsNoAgent says why the machines of provider type typ run nothing that
+// a bootstrap blob could start ("" when they do: a tide worker, or the
+// Node agent a Kubernetes join blob starts). Such machines can serve a
+// head's controller tests but never join a cluster as Nodes.
+func RunsNoAgent(typ string) string {
+	if typ == "sim" {
+		return "the sim provider's machines are simulated: they run nothing, so none can join the cluster as a Node"
+	}
+	return ""
+}
+
+// New checks pool pc's provider section and returns the function that
+// builds its provider. Checking has no side effects (a config refused at
+// start or on reload leaves nothing behind); building may create
 // directories and processes. Errors name the field under the pool
-// ("provider.type: ...", "provider.options.boot: ..."); the caller prefixes
-// the file and the pool.
+// ("provider.type: ...", "provider.options.boot: ..."); the caller
+// prefixes the file and the pool.
 //
-// Every provider type is one case here: a new one (netns, plugin, ...) is
-// one more line.
-func newProvider(pc config.Pool, env Env) (func() (provider.Provider, error), error) {
+// Every provider type is one case here: a new one is one more line.
+func New(pc config.Pool, env Env) (func() (provider.Provider, error), error) {
 	switch pc.Provider.Type {
 	case "aws":
 		return awsProvider(pc, env)
@@ -57,7 +76,7 @@ func newProvider(pc config.Pool, env Env) (func() (provider.Provider, error), er
 	case "sim":
 		return simProvider(pc, env)
 	default:
-		return nil, fmt.Errorf("provider.type: %q is not supported by the head (supported: %v)", pc.Provider.Type, providerTypes)
+		return nil, fmt.Errorf("provider.type: %q is not a provider type (supported: %v)", pc.Provider.Type, Types)
 	}
 }
 
@@ -67,9 +86,12 @@ func localProvider(pc config.Pool, env Env) (func() (provider.Provider, error), 
 	if len(pc.Provider.Options) > 0 {
 		return nil, errors.New("provider.options: the local provider takes no options")
 	}
+	if err := env.hostRun(pc); err != nil {
+		return nil, err
+	}
 	return func() (provider.Provider, error) {
 		return local.New(local.Config{
-			Root:      filepath.Join(env.DataDir, "machines", pc.Name),
+			Root:      filepath.Join(env.MachinesDir, pc.Name),
 			Command:   local.WorkerCommand(env.Binary),
 			Offerings: pc.Offerings,
 			Clock:     env.Clock,
@@ -78,10 +100,19 @@ func localProvider(pc config.Pool, env Env) (func() (provider.Provider, error), 
 	}, nil
 }
 
-// netnsConfig is pool pc's netns provider configuration: options prefix
-// and subnet (strings), state under DataDir/machines/<pool>.
-func netnsConfig(pc config.Pool, env Env) (netns.Config, error) {
-	nc := netns.Config{Root: filepath.Join(env.DataDir, "machines", pc.Name), Binary: env.Binary, Offerings: pc.Offerings,
+// hostRun checks that env has a place for the machines of pool pc, which
+// run on this host.
+func (env Env) hostRun(pc config.Pool) error {
+	if env.MachinesDir == "" {
+		return fmt.Errorf("provider.type: %s runs its machines on this host and no directory is set for them", pc.Provider.Type)
+	}
+	return nil
+}
+
+// NetnsConfig is pool pc's netns provider configuration: options prefix
+// and subnet (strings), state under MachinesDir/<pool>.
+func NetnsConfig(pc config.Pool, env Env) (netns.Config, error) {
+	nc := netns.Config{Root: filepath.Join(env.MachinesDir, pc.Name), Binary: env.Binary, Offerings: pc.Offerings,
 		Clock: env.Clock}
 	for k, v := range pc.Provider.Options {
 		s, ok := v.(string)
@@ -102,8 +133,11 @@ func netnsConfig(pc config.Pool, env Env) (netns.Config, error) {
 // netnsProvider runs each machine as a network namespace on this host with
 // its own address on a bridge, running tide worker inside (Linux, root).
 func netnsProvider(pc config.Pool, env Env) (func() (provider.Provider, error), error) {
-	nc, err := netnsConfig(pc, env)
+	nc, err := NetnsConfig(pc, env)
 	if err != nil {
+		return nil, err
+	}
+	if err := env.hostRun(pc); err != nil {
 		return nil, err
 	}
 	if why := netns.Supported(); why != "" {

@@ -1,4 +1,4 @@
-package assembly
+package build
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 // awsProvider runs the pool's machines as EC2 instances
 // (internal/provider/aws); its options are the provider's config. Its
-// machines outlive the assembly: stopping only ends the provider's sync
+// machines outlive the process: stopping only ends the provider's sync
 // loop (static stability), and the next start adopts them by their tags.
 func awsProvider(pc config.Pool, _ Env) (func() (provider.Provider, error), error) {
 	if _, err := aws.FromOptions(pc.Provider.Options); err != nil {
@@ -35,6 +35,7 @@ type ec2Pool struct {
 	stop context.CancelFunc
 }
 
+// Close ends the sync loop; the instances keep running.
 func (p ec2Pool) Close() error { p.stop(); return nil }
 
 // JoinsAtCreate forwards the EC2 provider's: instances boot their worker

@@ -1,4 +1,4 @@
-package assembly
+package build
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // pluginProvider is a provider plugin over gRPC (docs/provider-protocol.md):
-// a subprocess that the assembly starts, supervises and restarts
+// a subprocess that tide starts, supervises and restarts
 // (options.command), or a remote service (options.address, with tls or
 // token_file).
 func pluginProvider(pc config.Pool, env Env) (func() (provider.Provider, error), error) {
@@ -45,15 +45,19 @@ type subprocessPlugin struct {
 	s *plugin.Subprocess
 }
 
+// Shutdown stops the plugin for good, letting it stop its machines.
 func (p subprocessPlugin) Shutdown(ctx context.Context) error { return p.s.Shutdown(ctx) }
-func (p subprocessPlugin) Close() error                       { return p.s.Close() }
+
+// Close stops the plugin; machines that outlive it are adopted next time.
+func (p subprocessPlugin) Close() error { return p.s.Close() }
 
 // remotePlugin is a remote plugin: its machines are not this process's, so
-// stopping the assembly only closes the connection and leaves them, and
+// stopping tide only closes the connection and leaves them, and
 // their work, running (static stability); the next start adopts them.
 type remotePlugin struct {
 	provider.Provider
 	close func() error
 }
 
+// Close closes the connection; the remote machines keep running.
 func (p remotePlugin) Close() error { return p.close() }
