@@ -25,7 +25,7 @@ func pluginProvider(pc config.Pool, env Env) (func() (provider.Provider, error),
 			s, err := plugin.StartSubprocess(plugin.SubprocessConfig{Command: o.Command, Env: o.Env, Logger: log,
 				CallTimeout: time.Duration(o.CallTimeout)})
 			if err != nil {
-				return nil, fmt.Errorf("provider plugin %v: %w", o.Command, err)
+				return nil, err // it names the plugin's command
 			}
 			return subprocessPlugin{Provider: plugin.FromSDK(s), s: s}, nil
 		}
