@@ -128,7 +128,7 @@ func Pack(groups []capacity.Pending, offerings []capacity.Offering, opts ...Opti
 	}
 	p := newPacker(groups, offerings, o)
 	p.run()
-	return p.result()
+	return p.result(nil)
 }
 
 // slowTree makes newPacker build its tree bin by bin with every bin's free
@@ -349,12 +349,19 @@ func (p *packer) rankCandidates(biggest []int64) {
 	slices.SortStableFunc(p.cand, func(a, b int32) int { return cmp.Compare(p.bound[a], p.bound[b]) })
 }
 
-func (p *packer) run() {
+func (p *packer) run() { p.place(nil) }
+
+// place packs the groups in packing order: each group's Count items, or
+// left[g] of them when left is not nil.
+func (p *packer) place(left []int) {
 	nd := p.nd
 	for pos, g32 := range p.order {
 		g := int(g32)
 		req := p.req[g*nd : (g+1)*nd]
 		rem := p.groups[g].Count
+		if left != nil {
+			rem = left[g]
+		}
 		for rem > 0 {
 			b := p.tree.first(req)
 			if b < 0 {
@@ -457,11 +464,52 @@ func (p *packer) open(o int) int {
 	return b
 }
 
-func (p *packer) result() Result {
+// packTwice returns what Pack(groups, offerings, WithFree(free),
+// WithMaxNew(0)) returns, and a function that returns what the same call
+// with WithMaxNew(maxNew) returns, at the cost of one packing where the two
+// calls would build and fill the existing free space twice (Buy makes both).
+//
+// The two packings fill the existing space alike: first fit tries the
+// existing bins before any new one, and a new bin never changes them, so
+// each group's items land on the same existing bins in both, and what the
+// first leaves unplaced of a group is exactly what the second places on new
+// bins or leaves unplaced. Placing those leftovers, in packing order, on new
+// bins after the first packing is the second packing: a leftover fits no
+// existing bin then (it did not fit after its own group, and the bins only
+// shrank since), and choosing an offering does not read the existing bins.
+// The second result shares its Existing entries with the first.
+// TestPackTwiceMatchesPack compares both with Pack.
+func packTwice(groups []capacity.Pending, offerings []capacity.Offering, free []capacity.Resources) (Result, func(maxNew int) Result) {
+	p := newPacker(groups, offerings, options{free: free, maxNew: 0})
+	p.run()
+	pre := p.result(nil)
+	pre.Unplaced = slices.Clone(pre.Unplaced)
+	resumed := false
+	return pre, func(maxNew int) Result {
+		if resumed {
+			panic("binpack: packTwice's second packing asked for twice")
+		}
+		resumed = true
+		left := slices.Clone(p.unplaced)
+		for _, g := range p.order {
+			p.unplaced[g] = 0 // groups not in order were unplaced outright
+		}
+		p.opts.maxNew = maxNew
+		p.place(left)
+		return p.result(pre.Existing)
+	}
+}
+
+// result builds the packing's Result; existing, when not nil, is taken as
+// the Existing entries (already built from the same placements).
+func (p *packer) result(existing []Node) Result {
 	nd := p.nd
 	nb := len(p.binOff)
 	ne := len(p.opts.free)
-	res := Result{Unplaced: p.unplaced, Existing: make([]Node, ne), New: make([]Node, nb-ne)}
+	res := Result{Unplaced: p.unplaced, Existing: existing, New: make([]Node, nb-ne)}
+	if existing == nil {
+		res.Existing = make([]Node, ne)
+	}
 	// Placements: one backing array, grouped by bin in placement order.
 	start := make([]int, nb+1)
 	for _, pl := range p.log {
@@ -477,7 +525,11 @@ func (p *packer) result() Result {
 		next[pl.bin]++
 	}
 	used := make([]int64, nd)
-	for b := range nb {
+	first := 0
+	if existing != nil {
+		first = ne
+	}
+	for b := first; b < nb; b++ {
 		for k := range used {
 			used[k] = p.binStart[b*nd+k] - p.binFree[b*nd+k]
 		}

@@ -297,3 +297,45 @@ func TestPackTreeBuildUnchanged(t *testing.T) {
 		}
 	}
 }
+
+// TestPackTwiceMatchesPack: packTwice's two packings equal Pack's with
+// WithMaxNew(0) and with the cap, on 400 random pools with existing free
+// space (full, partly used, empty) and caps from none to a few nodes.
+func TestPackTwiceMatchesPack(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 23))
+	offs := []capacity.Offering{
+		offering("c32", capacity.OnDemand, res(32000, 128, 0), 1.5),
+		offering("c8", capacity.OnDemand, res(8000, 32, 0), 0.4),
+		offering("g8", capacity.OnDemand, res(96000, 768, 8), 24),
+	}
+	for trial := range 400 {
+		var free []capacity.Resources
+		for range rng.IntN(300) {
+			switch rng.IntN(4) {
+			case 0:
+				free = append(free, res(0, 0, 0))
+			case 1:
+				free = append(free, res(rng.Int64N(500), rng.Int64N(128), 0))
+			default:
+				free = append(free, res(rng.Int64N(32001), rng.Int64N(129), rng.Int64N(3)))
+			}
+		}
+		var groups []capacity.Pending
+		for range 1 + rng.IntN(8) {
+			r := res(100*(1+rng.Int64N(80)), 1+rng.Int64N(16), rng.Int64N(2))
+			if rng.IntN(10) == 0 {
+				r = res(200000, 1, 0) // fits no offering
+			}
+			groups = append(groups, capacity.Pending{Requests: r, Count: rng.IntN(300)})
+		}
+		maxNew := rng.IntN(20) - 1
+		pre, full := packTwice(groups, offs, free)
+		if want := Pack(groups, offs, WithFree(free), WithMaxNew(0)); !reflect.DeepEqual(pre, want) {
+			t.Fatalf("trial %d: the first packing differs from Pack's with no new node:\n%+v\nwant\n%+v", trial, pre, want)
+		}
+		got := full(maxNew)
+		if want := Pack(groups, offs, WithFree(free), WithMaxNew(maxNew)); !reflect.DeepEqual(got, want) {
+			t.Fatalf("trial %d: the second packing differs from Pack's with at most %d new nodes:\n%+v\nwant\n%+v", trial, maxNew, got, want)
+		}
+	}
+}

@@ -143,7 +143,7 @@ func Buy(groups []capacity.Pending, offerings []capacity.Offering, opts BuyOptio
 		}
 	}
 	// The items the existing free space does not take.
-	pre := Pack(groups, avail, WithFree(opts.Free), WithMaxNew(0))
+	pre, full := packTwice(groups, avail, opts.Free)
 	b := newBuyer(groups, avail, pre.Unplaced, opts)
 	baseline := b.packNodesEstimate() <= maxPackNodes
 	if !baseline && defaultWork {
@@ -156,7 +156,7 @@ func Buy(groups []capacity.Pending, offerings []capacity.Offering, opts BuyOptio
 	b.finish(&opt, groups)
 
 	if baseline {
-		res := Pack(groups, avail, WithFree(opts.Free), WithMaxNew(opts.MaxNodes))
+		res := full(opts.MaxNodes) // Pack(groups, avail, WithFree(opts.Free), WithMaxNew(opts.MaxNodes))
 		if base := fromResult(&res, len(offerings)); b.withinLimits(&base) && better(&base, &opt) {
 			base.Bound, base.HasBound, base.Optimal = opt.Bound, opt.HasBound && base.UnplacedTotal <= opt.UnplacedTotal, opt.Optimal
 			if base.HasBound && base.Cost < base.Bound {

@@ -82,8 +82,11 @@ type tideView struct {
 	daemons capacity.Resources
 }
 
+// view counts the nodes in one pass over each node's instances (Busy and
+// tideDaemons at once). A node without daemons leaves daemons as it is:
+// tideMax with a zero vector returns the same (non-negative) maximum.
 func (p *tidePolicy) view(in *Input) tideView {
-	var v tideView
+	v := tideView{nodes: make([]int, 0, len(in.Pressure.Nodes))}
 	for i := range in.Pressure.Nodes {
 		n := &in.Pressure.Nodes[i]
 		if !n.MarkedAt.IsZero() {
@@ -91,8 +94,18 @@ func (p *tidePolicy) view(in *Input) tideView {
 		}
 		v.unmarked++
 		v.nodes = append(v.nodes, i)
-		v.daemons = tideMax(v.daemons, tideDaemons(n))
-		if n.Busy() {
+		busy, daemons := false, false
+		for j := range n.Running {
+			if n.Running[j].Daemon {
+				daemons = true
+			} else {
+				busy = true
+			}
+		}
+		if daemons {
+			v.daemons = tideMax(v.daemons, tideDaemons(n))
+		}
+		if busy {
 			v.busy++
 			continue
 		}

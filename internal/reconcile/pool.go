@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
@@ -85,6 +86,13 @@ type Pool struct {
 	plan    []capacity.Launch // the purchase not yet asked for, in order
 	backoff bool              // a provision failed: only a Tick may provision again
 	blocked string            // the last drain-blocked note, to not repeat it
+	// blockedMemo is the last blockedText answer: a pool held above its
+	// desired size by busy nodes asks for the same text at every step.
+	blockedMemo blockedMemo
+	// drainMemo is planDrains' last walk that found no node to drain: while
+	// no node set changed (idSetVersion) and the excess is the same, the
+	// walk would find none again and block on the same nodes.
+	drainMemo drainMemo
 
 	// excessTicks counts the Ticks in a row that found more joined and
 	// booting nodes kept than desired (reset on any step without excess):
@@ -398,6 +406,7 @@ func (p *Pool) onDrainComplete(id NodeID) {
 
 func (p *Pool) onAdopt(ev Adopt) {
 	p.current, p.pending, p.draining, p.busy = idSet{}, idSet{}, idSet{}, idSet{}
+	idSetVersion.Add(1)
 	p.marks = map[NodeID]time.Time{}
 	p.call, p.backoff, p.blocked, p.plan = nil, false, "", cloneLaunch(ev.Launch)
 	var bad []string
@@ -556,6 +565,11 @@ func (p *Pool) planDrains() {
 	if p.call != nil {
 		return
 	}
+	memo := drainMemo{ver: idSetVersion.Load(), excess: excess, cancel: cancel, joinedExcess: min(excess, kept-p.desired), valid: true}
+	if p.drainMemo.same(memo) {
+		p.setBlocked(p.drainMemo.msg)
+		return
+	}
 	var victims, skipped []NodeID
 	if cancel {
 		for id := range p.pending.descending() {
@@ -589,7 +603,27 @@ func (p *Pool) planDrains() {
 		p.draining.add(id)
 		p.emit(Drain{ID: id})
 	}
-	p.setBlocked(p.blockedText(excess-len(victims), skipped))
+	msg := p.blockedText(excess-len(victims), skipped)
+	p.drainMemo = drainMemo{}
+	if len(victims) == 0 {
+		memo.msg = msg
+		p.drainMemo = memo
+	}
+	p.setBlocked(msg)
+}
+
+// drainMemo is what planDrains' walk depends on, besides the node sets and
+// the fixed config, and the drain-blocked text it produced.
+type drainMemo struct {
+	ver                  uint64 // idSetVersion when it walked
+	excess, joinedExcess int
+	cancel, valid        bool
+	msg                  string
+}
+
+// same reports whether m is valid and was taken with o's inputs.
+func (m *drainMemo) same(o drainMemo) bool {
+	return m.valid && m.ver == o.ver && m.excess == o.excess && m.joinedExcess == o.joinedExcess && m.cancel == o.cancel
 }
 
 // planMarks is the deletion-mark scale-down mode (seed 001): one planner
@@ -666,6 +700,25 @@ func (p *Pool) blockedText(short int, kept []NodeID) string {
 	if short <= 0 {
 		return ""
 	}
+	// The text is a function of short, kept and the (fixed) config: the
+	// last answer holds while they are the same.
+	if m := &p.blockedMemo; m.text != "" && m.short == short && slices.Equal(m.kept, kept) {
+		return m.text
+	}
+	text := p.formatBlocked(short, kept)
+	p.blockedMemo = blockedMemo{short: short, kept: slices.Clone(kept), text: text}
+	return text
+}
+
+// blockedMemo is one blockedText answer and its arguments.
+type blockedMemo struct {
+	short int
+	kept  []NodeID
+	text  string
+}
+
+// formatBlocked is blockedText without the memo.
+func (p *Pool) formatBlocked(short int, kept []NodeID) string {
 	var why []string
 	var busy []NodeID
 	for _, id := range sortedIDs(kept) {
@@ -830,9 +883,16 @@ func newIDSet(ids ...NodeID) idSet {
 	return s
 }
 
-func (s idSet) has(id NodeID) bool    { _, ok := s[id]; return ok }
-func (s idSet) add(id NodeID)         { s[id] = struct{}{} }
-func (s idSet) del(id NodeID)         { delete(s, id) }
+func (s idSet) has(id NodeID) bool { _, ok := s[id]; return ok }
+
+// idSetVersion counts the changes to every idSet (add, del) and the
+// pools' sets replaced (onAdopt): equal values mean no set changed between
+// two reads. It is shared by every pool of the process, so another pool's
+// change also counts (a memo keyed on it is then only recomputed).
+var idSetVersion atomic.Uint64
+
+func (s idSet) add(id NodeID)         { s[id] = struct{}{}; idSetVersion.Add(1) }
+func (s idSet) del(id NodeID)         { delete(s, id); idSetVersion.Add(1) }
 func (s idSet) sorted() []NodeID      { return slices.Sorted(maps.Keys(s)) }
 func sortedIDs(ids []NodeID) []NodeID { return slices.Sorted(slices.Values(ids)) }
 
