@@ -52,8 +52,9 @@ const CodeBatching = "batching"
 // (the old default) is seldom used again before it would have been
 // released, and releasing at 10 s, as Karpenter does at its 10 s poll, cut
 // tide's node-hours on Philly and Google with the same p95 wait; on a small
-// serving pool whose demand changes every minute a longer one holds the
-// p95 (azure-conv.yaml keeps 180 s).
+// serving pool whose demand changes every minute a shorter one is cheaper
+// at the same waits (the shipped replica configs, azure-conv.yaml among
+// them, set 5 s: a node then goes at the next tick after it empties).
 //
 // Nodes marked for deletion are on their way out: they give no free space
 // and do not count as nodes. A new node is assumed to lose to daemons what
