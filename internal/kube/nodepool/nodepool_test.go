@@ -9,6 +9,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/kube/demand"
+	"github.com/tide-project/tide/internal/kube/poolspec"
 	"github.com/tide-project/tide/internal/policy"
 )
 
@@ -107,16 +109,15 @@ func TestParseDefaultsAndOrder(t *testing.T) {
 	}
 }
 
-func FuzzParse(f *testing.F) {
-	f.Add("p", `{"nodes":{"min":0,"max":2},"provider":{"type":"kwok"},"offerings":[{"type":"g8","gpus":8,"price":1}]}`)
-	f.Add("x", `{"node_labels":{"a":"b"},"node_taints":[{"key":"k","effect":"NoSchedule"}]}`)
-	f.Fuzz(func(t *testing.T, name, spec string) {
-		p, err := Parse(name, []byte(spec))
-		if err != nil {
-			return
-		}
-		if p.Labels[PoolLabel] != name || p.Config.Name != name {
-			t.Fatalf("accepted pool %q lacks its name: %+v", name, p)
-		}
-	})
+// TestSameNamesAsDemand: poolspec (the parser) writes its own label and
+// effect constants; they must be the ones demand matches pods with.
+func TestSameNamesAsDemand(t *testing.T) {
+	if poolspec.PoolLabel != demand.PoolLabel || poolspec.NoSchedule != demand.NoSchedule ||
+		poolspec.PreferNoSchedule != demand.PreferNoSchedule || poolspec.NoExecute != demand.NoExecute {
+		t.Fatal("poolspec's pool label or taint effects differ from demand's")
+	}
+	p, err := Parse("p", []byte(`{"nodes":{"min":0,"max":2},"provider":{"type":"kwok"},"offerings":[{"type":"g8","gpus":8,"price":1}],"node_taints":[{"key":"k","value":"v","effect":"NoExecute"}]}`))
+	if err != nil || len(p.Taints) != 1 || p.Taints[0] != (Taint{Key: "k", Value: "v", Effect: NoExecute}) {
+		t.Fatalf("Parse = %+v, %v", p, err)
+	}
 }

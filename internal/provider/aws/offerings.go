@@ -173,7 +173,7 @@ func (p *Provider) resolveOfferings(ctx context.Context) error {
 			}
 			continue
 		}
-		if p.cfg.Requirements.match(info) {
+		if matches(p.cfg.Requirements, info) {
 			types_ = append(types_, t)
 		}
 	}
@@ -225,8 +225,8 @@ func (p *Provider) resolveOfferings(ctx context.Context) error {
 	return nil
 }
 
-// match reports whether an instance type meets the requirements.
-func (r Requirements) match(info types.InstanceTypeInfo) bool {
+// matches reports whether an instance type meets the requirements r.
+func matches(r Requirements, info types.InstanceTypeInfo) bool {
 	var vcpu int32
 	if info.VCpuInfo != nil {
 		vcpu = awssdk.ToInt32(info.VCpuInfo.DefaultVCpus)

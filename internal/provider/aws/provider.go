@@ -83,7 +83,7 @@ func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } 
 // offerings, and sets up the interruption queue when configured. It starts
 // no goroutine: call Run for the background loop.
 func New(ctx context.Context, cfg Config, opts ...Option) (*Provider, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

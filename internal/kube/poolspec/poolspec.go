@@ -1,0 +1,174 @@
+// Package poolspec reads the spec of a NodePool (tide.dev/v1alpha1) into
+// the config.Pool that `tide head --config` builds its pools from, plus the
+// labels and taints of the pool's nodes. It is the parser behind
+// internal/kube/nodepool, kept apart as a leaf package (it links config and
+// the standard library only) so that its fuzz target links a small program:
+// `go test -fuzz` instruments every linked package for coverage, and
+// nodepool links the Kubernetes API types through internal/kube/demand (see
+// docs/reliability.md, the fuzz campaign).
+package poolspec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/tide-project/tide/internal/config"
+)
+
+// PoolLabel is the label every node of a pool carries, valued with the
+// pool's name; it links a Node to its NodePool. It equals
+// demand.PoolLabel.
+const PoolLabel = "tide.dev/pool"
+
+// Taint effects a pool's node taint may have (those of demand).
+const (
+	NoSchedule       = "NoSchedule"
+	PreferNoSchedule = "PreferNoSchedule"
+	NoExecute        = "NoExecute"
+)
+
+// Taint is a taint put on every node of a pool; it converts to demand.Taint.
+type Taint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
+}
+
+// Spec is a NodePool spec read and validated: the tide pool configuration
+// and the template of its nodes.
+type Spec struct {
+	// Config is the pool as tide's YAML config would give it (Name is the
+	// NodePool's name).
+	Config config.Pool
+	// Labels are put on every node; they always hold PoolLabel=<name>.
+	Labels map[string]string
+	// Taints are put on every node, sorted by key then effect.
+	Taints []Taint
+}
+
+// kubeOnly are the spec fields that are not part of tide's pool config.
+type kubeOnly struct {
+	NodeLabels map[string]string `json:"node_labels,omitempty"`
+	NodeTaints []Taint           `json:"node_taints,omitempty"`
+}
+
+// qualifiedName is a label or taint key: an optional DNS subdomain prefix
+// and a name of at most 63 characters.
+var (
+	labelName   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	dnsSub      = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+	labelValue  = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
+	errNotKeyed = errors.New("must be a qualified name ([prefix/]name, name of at most 63 letters, digits, '-', '_', '.')")
+)
+
+func validKey(k string) bool {
+	prefix, name, ok := strings.Cut(k, "/")
+	if !ok {
+		return labelName.MatchString(k)
+	}
+	return dnsSub.MatchString(prefix) && labelName.MatchString(name)
+}
+
+// Parse reads the spec (JSON, as the apiserver stores it) of the NodePool
+// called name. Every error names its field under "spec.".
+func Parse(name string, spec []byte) (Spec, error) {
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(spec))
+	dec.UseNumber()
+	if err := dec.Decode(&fields); err != nil {
+		return Spec{}, fmt.Errorf("spec: %w", err)
+	}
+	if fields == nil {
+		return Spec{}, errors.New("spec: must be an object")
+	}
+	var ko kubeOnly
+	koRaw, _ := json.Marshal(map[string]json.RawMessage{"node_labels": orNull(fields["node_labels"]), "node_taints": orNull(fields["node_taints"])})
+	if err := json.Unmarshal(koRaw, &ko); err != nil {
+		return Spec{}, fmt.Errorf("spec: %w", err)
+	}
+	delete(fields, "node_labels")
+	delete(fields, "node_taints")
+	if _, ok := fields["selector"]; ok {
+		return Spec{}, errors.New("spec.selector: not used on Kubernetes (pods choose nodes by node_labels and node_taints)")
+	}
+	nameJSON, _ := json.Marshal(name)
+	fields["name"] = nameJSON
+	pool, _ := json.Marshal(fields)
+	file, err := config.Parse("spec", []byte(`{"pools":[`+string(pool)+`]}`))
+	if err != nil {
+		return Spec{}, rewrite(err, name)
+	}
+	out := Spec{Config: file.Pools[0], Labels: map[string]string{PoolLabel: name}}
+	var errs []error
+	for k, v := range ko.NodeLabels {
+		switch {
+		case !validKey(k):
+			errs = append(errs, fmt.Errorf("spec.node_labels: key %q %w", k, errNotKeyed))
+		case !labelValue.MatchString(v):
+			errs = append(errs, fmt.Errorf("spec.node_labels.%s: value %q is not a label value (at most 63 letters, digits, '-', '_', '.')", k, v))
+		case k == PoolLabel && v != name:
+			errs = append(errs, fmt.Errorf("spec.node_labels.%s: is set by tide to the pool's name %q", k, name))
+		default:
+			out.Labels[k] = v
+		}
+	}
+	seen := map[string]bool{}
+	for i, t := range ko.NodeTaints {
+		switch {
+		case !validKey(t.Key):
+			errs = append(errs, fmt.Errorf("spec.node_taints[%d].key: %q %w", i, t.Key, errNotKeyed))
+		case !labelValue.MatchString(t.Value):
+			errs = append(errs, fmt.Errorf("spec.node_taints[%d].value: %q is not a label value", i, t.Value))
+		case t.Effect != NoSchedule && t.Effect != PreferNoSchedule && t.Effect != NoExecute:
+			errs = append(errs, fmt.Errorf("spec.node_taints[%d].effect: %q (want NoSchedule, PreferNoSchedule or NoExecute)", i, t.Effect))
+		case seen[t.Key+":"+t.Effect]:
+			errs = append(errs, fmt.Errorf("spec.node_taints[%d]: duplicate taint %s:%s", i, t.Key, t.Effect))
+		default:
+			seen[t.Key+":"+t.Effect] = true
+			out.Taints = append(out.Taints, t)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Spec{}, err
+	}
+	sort.Slice(out.Taints, func(i, j int) bool {
+		if out.Taints[i].Key != out.Taints[j].Key {
+			return out.Taints[i].Key < out.Taints[j].Key
+		}
+		return out.Taints[i].Effect < out.Taints[j].Effect
+	})
+	return out, nil
+}
+
+func orNull(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+// rewrite turns config's "spec: pool "x": field: ..." into "spec.field: ...".
+func rewrite(err error, name string) error {
+	prefix := fmt.Sprintf("spec: pool %q: ", name)
+	var parts []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		parts = j.Unwrap()
+	} else {
+		parts = []error{err}
+	}
+	out := make([]error, len(parts))
+	for i, e := range parts {
+		msg := e.Error()
+		if rest, ok := strings.CutPrefix(msg, prefix); ok {
+			out[i] = fmt.Errorf("spec.%s", rest)
+		} else {
+			out[i] = e
+		}
+	}
+	return errors.Join(out...)
+}

@@ -1,0 +1,47 @@
+package poolspec
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	s, err := Parse("p", []byte(`{"nodes":{"min":0,"max":2},"provider":{"type":"kwok"},"offerings":[{"type":"g8","gpus":8,"price":1}],
+		"node_labels":{"a":"b"},"node_taints":[{"key":"z","effect":"NoSchedule"},{"key":"a","effect":"NoSchedule"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Config.Name != "p" || s.Labels[PoolLabel] != "p" || s.Labels["a"] != "b" || len(s.Taints) != 2 || s.Taints[0].Key != "a" {
+		t.Fatalf("Parse = %+v", s)
+	}
+	for in, want := range map[string]string{
+		`[]`:                                    "spec:",
+		`{"selector":{"a":"b"}}`:                "spec.selector",
+		`{"node_labels":{"a b":"c"}}`:           "spec.node_labels",
+		`{"node_taints":[{"key":"k"}]}`:         "spec.node_taints[0].effect",
+		`{"node_labels":{"tide.dev/pool":"q"}}`: "is set by tide",
+	} {
+		if in != `[]` {
+			in = `{"nodes":{"min":0,"max":2},"provider":{"type":"kwok"},"offerings":[{"type":"g8","gpus":8,"price":1}],` + in[1:]
+		}
+		if _, err := Parse("p", []byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%s) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}
+
+// FuzzParse: any spec under any name never panics, and an accepted pool
+// carries its name (as its config name and its pool label).
+func FuzzParse(f *testing.F) {
+	f.Add("p", `{"nodes":{"min":0,"max":2},"provider":{"type":"kwok"},"offerings":[{"type":"g8","gpus":8,"price":1}]}`)
+	f.Add("x", `{"node_labels":{"a":"b"},"node_taints":[{"key":"k","effect":"NoSchedule"}]}`)
+	f.Fuzz(func(t *testing.T, name, spec string) {
+		p, err := Parse(name, []byte(spec))
+		if err != nil {
+			return
+		}
+		if p.Labels[PoolLabel] != name || p.Config.Name != name {
+			t.Fatalf("accepted pool %q lacks its name: %+v", name, p)
+		}
+	})
+}
