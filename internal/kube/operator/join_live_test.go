@@ -66,29 +66,9 @@ func TestLiveLocalMachinesJoin(t *testing.T) {
 	l.runOperatorWith(t, operator.Options{Identity: "loc", Pools: []string{"loc"}, LocalRoot: t.TempDir(),
 		NodeBinary: bin, NodeHeartbeat: time.Second})
 
-	zero := int64(0)
-	for i := range 2 {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("loc-%d", i), Namespace: "default"},
-			Spec: corev1.PodSpec{NodeSelector: map[string]string{"tier": "local"}, TerminationGracePeriodSeconds: &zero,
-				Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}}}
-		if _, err := l.cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	l.cpuPods(t, "loc", "local", 2)
 	began := time.Now()
-	var nodes []corev1.Node
-	kubetest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		nodes = l.poolNodes(t, "loc")
-		bound := 0
-		for i := range 2 {
-			p, err := l.cs.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("loc-%d", i), metav1.GetOptions{})
-			if err == nil && p.Spec.NodeName != "" && slices.ContainsFunc(nodes, func(n corev1.Node) bool { return n.Name == p.Spec.NodeName }) {
-				bound++
-			}
-		}
-		return len(nodes) == 2 && bound == 2, fmt.Sprintf("%d Nodes, %d of 2 pods bound to them", len(nodes), bound)
-	})
+	nodes := l.boundNodes(t, "loc", "loc", 2, 2*time.Minute)
 	t.Logf("2 local machines joined as Nodes and got the pods bound in %v", time.Since(began).Round(time.Millisecond))
 	for _, n := range nodes {
 		if want := operator.ProviderID("local", n.Name); n.Spec.ProviderID != want {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,42 @@ func (l *live) nodePool(t *testing.T, name, spec string) {
 	if err := l.Create([]byte(doc)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// cpuPods creates n pods named <prefix>-<i> in default, each asking 3 CPUs,
+// with the node selector tier=<tier> and the tolerations given.
+func (l *live) cpuPods(t *testing.T, prefix, tier string, n int, tolerations ...corev1.Toleration) {
+	t.Helper()
+	zero := int64(0)
+	for i := range n {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, i), Namespace: "default"},
+			Spec: corev1.PodSpec{NodeSelector: map[string]string{"tier": tier}, TerminationGracePeriodSeconds: &zero,
+				Tolerations: tolerations,
+				Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}}}
+		if _, err := l.cs.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// boundNodes waits (up to within) until pool has n Nodes and the n pods
+// <prefix>-<i> are bound to them, and returns the Nodes.
+func (l *live) boundNodes(t *testing.T, pool, prefix string, n int, within time.Duration) []corev1.Node {
+	t.Helper()
+	var nodes []corev1.Node
+	kubetest.Eventually(t, within, func() (bool, string) {
+		nodes = l.poolNodes(t, pool)
+		bound := 0
+		for i := range n {
+			p, err := l.cs.CoreV1().Pods("default").Get(context.Background(), fmt.Sprintf("%s-%d", prefix, i), metav1.GetOptions{})
+			if err == nil && p.Spec.NodeName != "" && slices.ContainsFunc(nodes, func(n corev1.Node) bool { return n.Name == p.Spec.NodeName }) {
+				bound++
+			}
+		}
+		return len(nodes) == n && bound == n, fmt.Sprintf("%d Nodes, %d of %d pods bound to them", len(nodes), bound, n)
+	})
+	return nodes
 }
 
 // poolNodes lists the Nodes of a pool.

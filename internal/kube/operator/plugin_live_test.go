@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tide-project/tide/deploy"
@@ -57,30 +56,10 @@ func TestLivePluginMachinesJoin(t *testing.T) {
   "offerings":[{"type":"g4","cpu":"4","price":1}],"node_labels":{"tier":"gone"}}`)
 	l.runOperatorWith(t, operator.Options{Identity: "plg", Pools: []string{"plg", "simp", "nsp", "gone"}, NodeBinary: bin, NodeHeartbeat: time.Second})
 
-	zero := int64(0)
-	for i := range 2 {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("plg-%d", i), Namespace: "default"},
-			Spec: corev1.PodSpec{NodeSelector: map[string]string{"tier": "plugin"}, TerminationGracePeriodSeconds: &zero,
-				Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "plugin", Effect: corev1.TaintEffectNoSchedule}},
-				Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}}}
-		if _, err := l.cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	l.cpuPods(t, "plg", "plugin", 2,
+		corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "plugin", Effect: corev1.TaintEffectNoSchedule})
 	began := time.Now()
-	var nodes []corev1.Node
-	kubetest.Eventually(t, 3*time.Minute, func() (bool, string) {
-		nodes = l.poolNodes(t, "plg")
-		bound := 0
-		for i := range 2 {
-			p, err := l.cs.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("plg-%d", i), metav1.GetOptions{})
-			if err == nil && p.Spec.NodeName != "" && slices.ContainsFunc(nodes, func(n corev1.Node) bool { return n.Name == p.Spec.NodeName }) {
-				bound++
-			}
-		}
-		return len(nodes) == 2 && bound == 2, fmt.Sprintf("%d Nodes, %d of 2 pods bound to them", len(nodes), bound)
-	})
+	nodes := l.boundNodes(t, "plg", "plg", 2, 3*time.Minute)
 	t.Logf("2 plugin machines joined as Nodes and got the pods bound in %v", time.Since(began).Round(time.Millisecond))
 	for _, n := range nodes {
 		if want := operator.ProviderID("plugin", n.Name); n.Spec.ProviderID != want {
