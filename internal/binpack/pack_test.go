@@ -272,17 +272,7 @@ func TestPackTreeBuildUnchanged(t *testing.T) {
 		offering("g8", capacity.OnDemand, res(96000, 768, 8), 24),
 	}
 	for trial := range 300 {
-		var free []capacity.Resources
-		for range rng.IntN(400) {
-			switch rng.IntN(4) {
-			case 0:
-				free = append(free, res(0, 0, 0))
-			case 1:
-				free = append(free, res(rng.Int64N(500), rng.Int64N(128), 0))
-			default:
-				free = append(free, res(rng.Int64N(32001), rng.Int64N(129), rng.Int64N(3)))
-			}
-		}
+		free := randomFree(rng, rng.IntN(400))
 		var groups []capacity.Pending
 		for range 1 + rng.IntN(6) {
 			groups = append(groups, capacity.Pending{Requests: res(100*(1+rng.Int64N(80)), 1+rng.Int64N(16), rng.Int64N(2)), Count: 1 + rng.IntN(300)})
@@ -298,6 +288,23 @@ func TestPackTreeBuildUnchanged(t *testing.T) {
 	}
 }
 
+// randomFree returns n nodes' free space: a quarter full, a quarter nearly
+// full, the rest anything up to a 32-CPU node with a few GPUs.
+func randomFree(rng *rand.Rand, n int) []capacity.Resources {
+	var free []capacity.Resources
+	for range n {
+		switch rng.IntN(4) {
+		case 0:
+			free = append(free, res(0, 0, 0))
+		case 1:
+			free = append(free, res(rng.Int64N(500), rng.Int64N(128), 0))
+		default:
+			free = append(free, res(rng.Int64N(32001), rng.Int64N(129), rng.Int64N(3)))
+		}
+	}
+	return free
+}
+
 // TestPackTwiceMatchesPack: packTwice's two packings equal Pack's with
 // WithMaxNew(0) and with the cap, on 400 random pools with existing free
 // space (full, partly used, empty) and caps from none to a few nodes.
@@ -309,17 +316,7 @@ func TestPackTwiceMatchesPack(t *testing.T) {
 		offering("g8", capacity.OnDemand, res(96000, 768, 8), 24),
 	}
 	for trial := range 400 {
-		var free []capacity.Resources
-		for range rng.IntN(300) {
-			switch rng.IntN(4) {
-			case 0:
-				free = append(free, res(0, 0, 0))
-			case 1:
-				free = append(free, res(rng.Int64N(500), rng.Int64N(128), 0))
-			default:
-				free = append(free, res(rng.Int64N(32001), rng.Int64N(129), rng.Int64N(3)))
-			}
-		}
+		free := randomFree(rng, rng.IntN(300))
 		var groups []capacity.Pending
 		for range 1 + rng.IntN(8) {
 			r := res(100*(1+rng.Int64N(80)), 1+rng.Int64N(16), rng.Int64N(2))
