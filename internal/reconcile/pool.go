@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
@@ -90,9 +89,12 @@ type Pool struct {
 	// desired size by busy nodes asks for the same text at every step.
 	blockedMemo blockedMemo
 	// drainMemo is planDrains' last walk that found no node to drain: while
-	// no node set changed (idSetVersion) and the excess is the same, the
+	// no node set changed (setsVersion) and the excess is the same, the
 	// walk would find none again and block on the same nodes.
 	drainMemo drainMemo
+	// setsVersion counts the changes to current, pending, draining and
+	// busy (addNode, delNode, onAdopt): equal values mean none changed.
+	setsVersion uint64
 
 	// excessTicks counts the Ticks in a row that found more joined and
 	// booting nodes kept than desired (reset on any step without excess):
@@ -295,7 +297,7 @@ func (p *Pool) onProvisioned(ev Provisioned) {
 		case !got.has(id):
 			got.add(id)
 			if c.open.has(id) {
-				p.pending.add(id)
+				p.addNode(p.pending, id)
 			}
 		}
 	}
@@ -328,16 +330,16 @@ func (p *Pool) onJoined(id NodeID) {
 	case p.current.has(id):
 		// A repeated join (reconnect) changes nothing.
 	case p.pending.has(id):
-		p.pending.del(id)
-		p.current.add(id)
+		p.delNode(p.pending, id)
+		p.addNode(p.current, id)
 	case p.inCall(id):
 		// Joined before the provision call returned: it still counts once.
 		p.call.open.del(id)
-		p.current.add(id)
+		p.addNode(p.current, id)
 	case id < 0:
 		p.note(NoteIgnored, fmt.Sprintf("join of invalid node id %d", id))
 	default:
-		p.current.add(id)
+		p.addNode(p.current, id)
 		p.note(NoteAdopted, fmt.Sprintf("%s joined without a provision by this pool: adopted", p.nodeText(id)))
 	}
 }
@@ -354,8 +356,8 @@ func (p *Pool) onLost(id NodeID) {
 		p.forget(id)
 		p.note(NoteNodeLost, fmt.Sprintf("%s lost%s: terminating its machine", p.nodeText(id), was))
 	case p.pending.has(id):
-		p.pending.del(id)
-		p.draining.del(id)
+		p.delNode(p.pending, id)
+		p.delNode(p.draining, id)
 		p.note(NoteNodeLost, fmt.Sprintf("%s lost while booting: terminating its machine", p.nodeText(id)))
 	case p.inCall(id):
 		p.call.open.del(id)
@@ -369,10 +371,10 @@ func (p *Pool) onLost(id NodeID) {
 
 // forget removes a joined node, or a cancelled booting one, from every set.
 func (p *Pool) forget(id NodeID) {
-	p.current.del(id)
-	p.pending.del(id)
-	p.draining.del(id)
-	p.busy.del(id)
+	p.delNode(p.current, id)
+	p.delNode(p.pending, id)
+	p.delNode(p.draining, id)
+	p.delNode(p.busy, id)
 	delete(p.marks, id)
 }
 
@@ -382,14 +384,14 @@ func (p *Pool) onBusy(ev NodeBusy) {
 		return
 	}
 	if !ev.Busy {
-		p.busy.del(ev.ID)
+		p.delNode(p.busy, ev.ID)
 		return
 	}
-	p.busy.add(ev.ID)
+	p.addNode(p.busy, ev.ID)
 	if p.draining.has(ev.ID) {
 		// Work reached the node before dispatch stopped. Rather than wait
 		// for it, put the node back; reconcile picks an idle victim.
-		p.draining.del(ev.ID)
+		p.delNode(p.draining, ev.ID)
 		p.emit(AbortDrain{ID: ev.ID})
 		p.note(NoteDrainAborted, fmt.Sprintf("%s became busy while draining: drain aborted", p.nodeText(ev.ID)))
 	}
@@ -406,7 +408,7 @@ func (p *Pool) onDrainComplete(id NodeID) {
 
 func (p *Pool) onAdopt(ev Adopt) {
 	p.current, p.pending, p.draining, p.busy = idSet{}, idSet{}, idSet{}, idSet{}
-	idSetVersion.Add(1)
+	p.setsVersion++
 	p.marks = map[NodeID]time.Time{}
 	p.call, p.backoff, p.blocked, p.plan = nil, false, "", cloneLaunch(ev.Launch)
 	var bad []string
@@ -415,7 +417,7 @@ func (p *Pool) onAdopt(ev Adopt) {
 			bad = append(bad, strconv.Itoa(int(id)))
 			continue
 		}
-		p.current.add(id)
+		p.addNode(p.current, id)
 	}
 	for _, id := range ev.Pending {
 		if id < 0 {
@@ -423,12 +425,12 @@ func (p *Pool) onAdopt(ev Adopt) {
 			continue
 		}
 		if !p.current.has(id) {
-			p.pending.add(id)
+			p.addNode(p.pending, id)
 		}
 	}
 	for _, id := range ev.Busy {
 		if p.current.has(id) {
-			p.busy.add(id)
+			p.addNode(p.busy, id)
 		} else {
 			bad = append(bad, "busy "+strconv.Itoa(int(id)))
 		}
@@ -509,7 +511,7 @@ func (p *Pool) abortDrains() {
 	if short := p.desired - p.kept(); short > 0 && len(joined) > 0 {
 		ids := joined[:min(short, len(joined))]
 		for _, id := range ids {
-			p.draining.del(id)
+			p.delNode(p.draining, id)
 			p.emit(AbortDrain{ID: id})
 		}
 		p.note(NoteDrainAborted, fmt.Sprintf("desired %d is above the %s kept: drain of %s aborted", p.desired, count(p.kept()-len(ids), "joined node"), p.nodesText(ids)))
@@ -517,7 +519,7 @@ func (p *Pool) abortDrains() {
 	if short := p.desired - p.kept() - p.pendingKept(); short > 0 && len(booting) > 0 {
 		ids := booting[:min(short, len(booting))]
 		for _, id := range ids {
-			p.draining.del(id)
+			p.delNode(p.draining, id)
 			p.emit(AbortDrain{ID: id})
 		}
 		p.note(NoteDrainAborted, fmt.Sprintf("desired %d is above the %s and %s kept: cancel of booting %s aborted", p.desired,
@@ -565,7 +567,7 @@ func (p *Pool) planDrains() {
 	if p.call != nil {
 		return
 	}
-	memo := drainMemo{ver: idSetVersion.Load(), excess: excess, cancel: cancel, joinedExcess: min(excess, kept-p.desired), valid: true}
+	memo := drainMemo{ver: p.setsVersion, excess: excess, cancel: cancel, joinedExcess: min(excess, kept-p.desired), valid: true}
 	if p.drainMemo.same(memo) {
 		p.setBlocked(p.drainMemo.msg)
 		return
@@ -600,7 +602,7 @@ func (p *Pool) planDrains() {
 		}
 	}
 	for _, id := range victims {
-		p.draining.add(id)
+		p.addNode(p.draining, id)
 		p.emit(Drain{ID: id})
 	}
 	msg := p.blockedText(excess-len(victims), skipped)
@@ -615,7 +617,7 @@ func (p *Pool) planDrains() {
 // drainMemo is what planDrains' walk depends on, besides the node sets and
 // the fixed config, and the drain-blocked text it produced.
 type drainMemo struct {
-	ver                  uint64 // idSetVersion when it walked
+	ver                  uint64 // the pool's setsVersion when it walked
 	excess, joinedExcess int
 	cancel, valid        bool
 	msg                  string
@@ -667,7 +669,7 @@ func (p *Pool) planMarks() {
 		// The marks stay until the node is gone, so an aborted drain is
 		// un-marked by the planner like any other mark.
 		for _, id := range ids {
-			p.draining.add(id)
+			p.addNode(p.draining, id)
 			p.emit(Drain{ID: id})
 		}
 	}
@@ -885,16 +887,15 @@ func newIDSet(ids ...NodeID) idSet {
 
 func (s idSet) has(id NodeID) bool { _, ok := s[id]; return ok }
 
-// idSetVersion counts the changes to every idSet (add, del) and the
-// pools' sets replaced (onAdopt): equal values mean no set changed between
-// two reads. It is shared by every pool of the process, so another pool's
-// change also counts (a memo keyed on it is then only recomputed).
-var idSetVersion atomic.Uint64
+func (s idSet) add(id NodeID) { s[id] = struct{}{} }
+func (s idSet) del(id NodeID) { delete(s, id) }
 
-func (s idSet) add(id NodeID)         { s[id] = struct{}{}; idSetVersion.Add(1) }
-func (s idSet) del(id NodeID)         { delete(s, id); idSetVersion.Add(1) }
-func (s idSet) sorted() []NodeID      { return slices.Sorted(maps.Keys(s)) }
-func sortedIDs(ids []NodeID) []NodeID { return slices.Sorted(slices.Values(ids)) }
+// addNode and delNode change one of the pool's node sets (current,
+// pending, draining, busy) and count the change in setsVersion.
+func (p *Pool) addNode(s idSet, id NodeID) { s.add(id); p.setsVersion++ }
+func (p *Pool) delNode(s idSet, id NodeID) { s.del(id); p.setsVersion++ }
+func (s idSet) sorted() []NodeID           { return slices.Sorted(maps.Keys(s)) }
+func sortedIDs(ids []NodeID) []NodeID      { return slices.Sorted(slices.Values(ids)) }
 
 // descending yields the ids from the highest down, as ranging over
 // slices.Backward(s.sorted()) does. Ids are ordinals, mostly dense: a
