@@ -1,0 +1,204 @@
+package submit
+
+import (
+	"encoding/json"
+	"errors"
+	"path"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tide-project/tide/internal/capacity"
+)
+
+func TestCheckDefaults(t *testing.T) {
+	s, err := Parse([]byte(`{"command":"  echo hi\n"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Spec{Command: "echo hi", Resources: capacity.Resources{MilliCPU: 1000, Memory: 512 << 20},
+		Replicas: 1, RestartPolicy: RestartNever, Exclusive: true}
+	if !reflect.DeepEqual(s, want) {
+		t.Fatalf("spec = %+v\nwant %+v", s, want)
+	}
+	s, err = Parse([]byte(`{"command":"x","restart_policy":"on-failure","exclusive":false,"gpu_indices":[1,0],"target_worker":"w"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MaxRestarts != DefaultMaxRestarts || s.Exclusive || s.Resources.GPUs != 2 || s.TargetWorker != "w" {
+		t.Fatalf("spec = %+v", s)
+	}
+}
+
+// TestCheckRefusals pins the first failure's status and text for one
+// fault of each kind (the API's answers, unchanged by the move from head).
+func TestCheckRefusals(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"command":" "}`, "command must not be empty"},
+		{`{"command":"x","resource_requirements":{"memory_mb":-1}}`, "resource_requirements.memory_mb"},
+		{`{"command":"x","gpu_indices":[0]}`, "gpu_indices requires target_worker"},
+		{`{"command":"x","gpu_indices":[0],"target_worker":""}`, "gpu_indices requires target_worker"},
+		{`{"command":"x","gpu_indices":[-1],"target_worker":"w"}`, "gpu_indices must be non-negative, got -1"},
+		{`{"command":"x","gpu_indices":[2,2],"target_worker":"w"}`, "gpu_indices must be unique, 2 repeats"},
+		{`{"command":"x","labels":{"":"v"}}`, `label key "" must be 1 to 63 characters`},
+		{`{"command":"x","labels":{"k":"` + strings.Repeat("v", 256) + `"}}`, `label value for "k" exceeds 255 characters`},
+		{`{"command":"x","venv":"v"}`, `venv must be an absolute path, got "v"`},
+		{`{"command":"x","venv":"/a/../b"}`, `venv must not contain '..', got "/a/../b"`},
+		{`{"command":"x","replicas":0}`, "replicas must be between 1 and 1000, got 0"},
+		{`{"command":"x","restart_policy":"sometimes"}`, `restart_policy must be never, on-failure or always, got "sometimes"`},
+		{`{"command":"x","max_restarts":10001}`, "max_restarts must be between 0 and 10000, got 10001"},
+		{`{"command":"x","name":"a/b"}`, `name "a/b" must not contain '/', '?', '#', '%' or surrounding spaces`},
+		{`{"command":"x","name":""}`, "name must be 1 to 253 characters"},
+	} {
+		_, err := Parse([]byte(c.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != 400 || !strings.Contains(e.Detail, c.want) {
+			t.Errorf("%s: error %v, want 400 with %q", c.body, err, c.want)
+		}
+	}
+}
+
+func TestDecodeRefusals(t *testing.T) {
+	for _, c := range []struct{ body, typ, loc string }{
+		{`{`, "json_invalid", "body"},
+		{`null`, "json_invalid", "body"},
+		{`[]`, "type_error", "body"},
+		{`{"command":5}`, "type_error", "body.command"},
+		{`{"command":"x","resource_requirements":{"gpu_units":"1"}}`, "type_error", "body.resource_requirements.gpu_units"},
+		{`{}`, "missing", "body.command"},
+		{`{"command":"x"} {}`, "json_invalid", "body"},
+	} {
+		_, err := Parse([]byte(c.body))
+		var ve *ValidationError
+		if !errors.As(err, &ve) || len(ve.Detail) != 1 {
+			t.Errorf("%s: error %v, want one 422 item", c.body, err)
+			continue
+		}
+		loc := make([]string, len(ve.Detail[0].Loc))
+		for i, l := range ve.Detail[0].Loc {
+			loc[i], _ = l.(string)
+		}
+		if ve.Detail[0].Type != c.typ || strings.Join(loc, ".") != c.loc || !json.Valid(ve.Body) {
+			t.Errorf("%s: %+v, want %s at %s with a JSON body", c.body, ve, c.typ, c.loc)
+		}
+	}
+}
+
+// FuzzSubmitBody: Parse (what the API answers a submit body before the
+// head looks at its state) never panics; it refuses with a 422 or a 400
+// that carry a detail, or returns a Spec that holds every guarantee Spec
+// documents, from a body that is one valid JSON value. Re-encoding the
+// decoded request parses to the same Spec.
+func FuzzSubmitBody(f *testing.F) {
+	for _, s := range []string{
+		`{"command":"echo"}`, `{"command":"x","replicas":3,"name":"a"}`, `{"command":5}`, `{`, `null`, `[]`,
+		`{"command":"x","gpu_indices":[0],"target_worker":"w"}`, `{"command":"x","resource_requirements":{"cpu_cores":1e308}}`,
+		`{"command":"x","labels":{"k":"v"},"env":{"PORT":"1"},"venv":"/v"}`, `{"command":"x","restart_policy":"always","max_restarts":-1}`,
+		`{"command":" y ","pool":"p","daemon":true,"restartable":true,"exclusive":false}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		spec, err := Parse(body)
+		if err != nil {
+			checkRefusal(t, body, err)
+			return
+		}
+		checkSpec(t, body, spec)
+		req, err := Decode(body)
+		if err != nil {
+			t.Fatalf("body %q: Parse accepted, Decode refused: %v", body, err)
+		}
+		again, err := json.Marshal(req)
+		if err != nil {
+			t.Fatalf("body %q: request does not marshal: %v", body, err)
+		}
+		spec2, err := Parse(again)
+		if err != nil {
+			t.Fatalf("body %q: re-encoded as %s, refused: %v", body, again, err)
+		}
+		if a, b := normalized(*spec), normalized(*spec2); !reflect.DeepEqual(a, b) {
+			t.Fatalf("body %q: re-encoded as %s, spec changed:\n%+v\n%+v", body, again, a, b)
+		}
+	})
+}
+
+func checkRefusal(t *testing.T, body []byte, err error) {
+	t.Helper()
+	var ve *ValidationError
+	var e *Error
+	switch {
+	case errors.As(err, &ve):
+		if len(ve.Detail) != 1 || ve.Detail[0].Msg == "" || len(ve.Detail[0].Loc) == 0 || ve.Detail[0].Loc[0] != "body" {
+			t.Fatalf("body %q: bad 422 detail %+v", body, ve.Detail)
+		}
+		if !json.Valid(ve.Body) {
+			t.Fatalf("body %q: 422 echoes %q, not JSON", body, ve.Body)
+		}
+		if _, err := json.Marshal(ve); err != nil {
+			t.Fatalf("body %q: 422 does not marshal: %v", body, err)
+		}
+	case errors.As(err, &e):
+		if e.Code != 400 || e.Detail == "" {
+			t.Fatalf("body %q: refusal %d %q", body, e.Code, e.Detail)
+		}
+	default:
+		t.Fatalf("body %q: error %T %v is neither 422 nor 400", body, err, err)
+	}
+}
+
+func checkSpec(t *testing.T, body []byte, s *Spec) {
+	t.Helper()
+	fail := func(what string) { t.Fatalf("body %q: accepted with %s: %+v", body, what, s) }
+	if s.Command == "" || strings.TrimSpace(s.Command) != s.Command {
+		fail("an empty or untrimmed command")
+	}
+	if s.Resources.MilliCPU < 0 || s.Resources.GPUs < 0 || s.Resources.Memory < 0 {
+		fail("negative resources")
+	}
+	if len(s.GPUIndices) > 0 {
+		if s.TargetWorker == "" || s.Resources.GPUs != int64(len(s.GPUIndices)) {
+			fail("gpu_indices without a target or with another GPU count")
+		}
+		sorted := slices.Sorted(slices.Values(s.GPUIndices))
+		if sorted[0] < 0 || len(slices.Compact(sorted)) != len(s.GPUIndices) {
+			fail("negative or repeated gpu_indices")
+		}
+	}
+	for k, v := range s.Labels {
+		if k == "" || len(k) > MaxLabelKey || len(v) > MaxLabelValue {
+			fail("a label out of bounds")
+		}
+	}
+	if s.Venv != "" && (!path.IsAbs(s.Venv) || slices.Contains(strings.Split(s.Venv, "/"), "..")) {
+		fail("a relative venv or one with '..'")
+	}
+	if s.Replicas < 1 || s.Replicas > MaxReplicas {
+		fail("replicas out of range")
+	}
+	if !s.RestartPolicy.Valid() {
+		fail("an unknown restart policy")
+	}
+	if s.MaxRestarts < 0 || s.MaxRestarts > MaxRestartsLimit {
+		fail("max_restarts out of range")
+	}
+	if s.Name != "" && ValidName(s.Name) != nil {
+		fail("an invalid name")
+	}
+}
+
+// normalized maps empty maps and slices to nil: the request's encoding
+// omits them, so only their emptiness survives a round trip.
+func normalized(s Spec) Spec {
+	if len(s.Labels) == 0 {
+		s.Labels = nil
+	}
+	if len(s.Env) == 0 {
+		s.Env = nil
+	}
+	if len(s.GPUIndices) == 0 {
+		s.GPUIndices = nil
+	}
+	return s
+}
