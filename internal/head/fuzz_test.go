@@ -46,6 +46,27 @@ func FuzzSubmitBody(f *testing.F) {
 	})
 }
 
+// TestTrailingBracketRefused: a closing bracket after the body's object is
+// trailing data (422), for a submit and a registration alike; the API's
+// decoder once took it for the end of the body and stored the instance.
+func TestTrailingBracketRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, c := range []struct{ path, body string }{
+		{"/instances", `{"command":"x"}}`},
+		{"/instances", `{"command":"x"} ]`},
+		{"/workers", `{"worker_id":"w","host":"127.0.0.1"}}`},
+	} {
+		var out map[string]any
+		if code := e.do("POST", c.path, c.body, &out); code != 422 {
+			t.Errorf("POST %s %s: %d %v, want 422", c.path, c.body, code, out)
+		}
+	}
+	var list []map[string]any
+	if code := e.do("GET", "/instances", nil, &list); code != 200 || len(list) != 0 {
+		t.Fatalf("instances after refused submits: %d %v", code, list)
+	}
+}
+
 // BenchmarkSubmitHTTP measures durable submits through the HTTP API on
 // 127.0.0.1 (each answered only after its SQLite commit).
 func BenchmarkSubmitHTTP(b *testing.B) {

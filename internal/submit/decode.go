@@ -41,7 +41,10 @@ func (e *ValidationError) Error() string {
 func Unmarshal(body []byte, v any) *ValidationError {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	err := dec.Decode(v)
-	if err == nil && dec.More() {
+	// Only JSON white space may follow the value. (Decoder.More is not
+	// this test: it reports false before a '}' or ']', and accepted
+	// `{"command":"x"}}`.)
+	if err == nil && len(bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n")) > 0 {
 		err = errors.New("trailing data after the JSON value")
 	}
 	if err == nil && bytes.Equal(bytes.TrimSpace(body), []byte("null")) {

@@ -68,6 +68,10 @@ func TestDecodeRefusals(t *testing.T) {
 		{`{"command":"x","resource_requirements":{"gpu_units":"1"}}`, "type_error", "body.resource_requirements.gpu_units"},
 		{`{}`, "missing", "body.command"},
 		{`{"command":"x"} {}`, "json_invalid", "body"},
+		// A closing bracket after the object is trailing data too (the
+		// decoder's More() reports false before '}' and ']').
+		{`{"command":"x"}}`, "json_invalid", "body"},
+		{`{"command":"x"}]`, "json_invalid", "body"},
 	} {
 		_, err := Parse([]byte(c.body))
 		var ve *ValidationError
@@ -95,7 +99,7 @@ func FuzzSubmitBody(f *testing.F) {
 		`{"command":"echo"}`, `{"command":"x","replicas":3,"name":"a"}`, `{"command":5}`, `{`, `null`, `[]`,
 		`{"command":"x","gpu_indices":[0],"target_worker":"w"}`, `{"command":"x","resource_requirements":{"cpu_cores":1e308}}`,
 		`{"command":"x","labels":{"k":"v"},"env":{"PORT":"1"},"venv":"/v"}`, `{"command":"x","restart_policy":"always","max_restarts":-1}`,
-		`{"command":" y ","pool":"p","daemon":true,"restartable":true,"exclusive":false}`,
+		`{"command":"x"}}`, `{"command":" y ","pool":"p","daemon":true,"restartable":true,"exclusive":false}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -104,6 +108,9 @@ func FuzzSubmitBody(f *testing.F) {
 		if err != nil {
 			checkRefusal(t, body, err)
 			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("body %q: accepted but not valid JSON", body)
 		}
 		checkSpec(t, body, spec)
 		req, err := Decode(body)
