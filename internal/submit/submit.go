@@ -185,9 +185,10 @@ type Spec struct {
 }
 
 // Check validates a submit request and returns it normalized. It runs
-// every check that needs no store, in the order the API always ran them,
-// and returns the first failure as an *Error with status 400. A nil
-// Command counts as empty (the API answers 422 before: see Decode).
+// every check of a submit that needs no store, in the order head.Submit
+// ran them, and returns the first failure as an *Error with status 400
+// (the head's checks against its state come after). A nil Command counts
+// as empty (the API answers 422 before: see Decode).
 func Check(req *Request) (*Spec, error) {
 	s := &Spec{Replicas: 1, RestartPolicy: RestartNever}
 	if req.Command != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tide-project/tide/internal/capacity"
 )
@@ -31,29 +32,34 @@ func TestCheckDefaults(t *testing.T) {
 	}
 }
 
+// refusals are one body per check of Check, with the start of the
+// answer's detail. They also seed FuzzSubmitBody, so that its mutations
+// start next to every refusal and not only in the JSON decoder.
+var refusals = []struct{ body, want string }{
+	{`{"command":" "}`, "command must not be empty"},
+	{`{"command":"x","resource_requirements":{"memory_mb":-1}}`, "resource_requirements.memory_mb"},
+	{`{"command":"x","gpu_indices":[0]}`, "gpu_indices requires target_worker"},
+	{`{"command":"x","gpu_indices":[0],"target_worker":""}`, "gpu_indices requires target_worker"},
+	{`{"command":"x","gpu_indices":[-1],"target_worker":"w"}`, "gpu_indices must be non-negative, got -1"},
+	{`{"command":"x","gpu_indices":[2,2],"target_worker":"w"}`, "gpu_indices must be unique, 2 repeats"},
+	{`{"command":"x","labels":{"":"v"}}`, `label key "" must be 1 to 63 characters`},
+	{`{"command":"x","labels":{"k":"` + strings.Repeat("v", 256) + `"}}`, `label value for "k" exceeds 255 characters`},
+	{`{"command":"x","venv":"v"}`, `venv must be an absolute path, got "v"`},
+	{`{"command":"x","venv":"/a/../b"}`, `venv must not contain '..', got "/a/../b"`},
+	{`{"command":"x","replicas":0}`, "replicas must be between 1 and 1000, got 0"},
+	{`{"command":"x","restart_policy":"sometimes"}`, `restart_policy must be never, on-failure or always, got "sometimes"`},
+	{`{"command":"x","max_restarts":10001}`, "max_restarts must be between 0 and 10000, got 10001"},
+	{`{"command":"x","name":"a/b"}`, `name "a/b" must not contain '/', '?', '#', '%' or surrounding spaces`},
+	{`{"command":"x","name":""}`, "name must be 1 to 253 characters"},
+}
+
 // TestCheckRefusals pins the first failure's status and text for one
 // fault of each kind (the API's answers, unchanged by the move from head).
 func TestCheckRefusals(t *testing.T) {
-	for _, c := range []struct{ body, want string }{
-		{`{"command":" "}`, "command must not be empty"},
-		{`{"command":"x","resource_requirements":{"memory_mb":-1}}`, "resource_requirements.memory_mb"},
-		{`{"command":"x","gpu_indices":[0]}`, "gpu_indices requires target_worker"},
-		{`{"command":"x","gpu_indices":[0],"target_worker":""}`, "gpu_indices requires target_worker"},
-		{`{"command":"x","gpu_indices":[-1],"target_worker":"w"}`, "gpu_indices must be non-negative, got -1"},
-		{`{"command":"x","gpu_indices":[2,2],"target_worker":"w"}`, "gpu_indices must be unique, 2 repeats"},
-		{`{"command":"x","labels":{"":"v"}}`, `label key "" must be 1 to 63 characters`},
-		{`{"command":"x","labels":{"k":"` + strings.Repeat("v", 256) + `"}}`, `label value for "k" exceeds 255 characters`},
-		{`{"command":"x","venv":"v"}`, `venv must be an absolute path, got "v"`},
-		{`{"command":"x","venv":"/a/../b"}`, `venv must not contain '..', got "/a/../b"`},
-		{`{"command":"x","replicas":0}`, "replicas must be between 1 and 1000, got 0"},
-		{`{"command":"x","restart_policy":"sometimes"}`, `restart_policy must be never, on-failure or always, got "sometimes"`},
-		{`{"command":"x","max_restarts":10001}`, "max_restarts must be between 0 and 10000, got 10001"},
-		{`{"command":"x","name":"a/b"}`, `name "a/b" must not contain '/', '?', '#', '%' or surrounding spaces`},
-		{`{"command":"x","name":""}`, "name must be 1 to 253 characters"},
-	} {
+	for _, c := range refusals {
 		_, err := Parse([]byte(c.body))
 		var e *Error
-		if !errors.As(err, &e) || e.Code != 400 || !strings.Contains(e.Detail, c.want) {
+		if !errors.As(err, &e) || e.Code != 400 || !strings.HasPrefix(e.Detail, c.want) {
 			t.Errorf("%s: error %v, want 400 with %q", c.body, err, c.want)
 		}
 	}
@@ -100,8 +106,12 @@ func FuzzSubmitBody(f *testing.F) {
 		`{"command":"x","gpu_indices":[0],"target_worker":"w"}`, `{"command":"x","resource_requirements":{"cpu_cores":1e308}}`,
 		`{"command":"x","labels":{"k":"v"},"env":{"PORT":"1"},"venv":"/v"}`, `{"command":"x","restart_policy":"always","max_restarts":-1}`,
 		`{"command":"x"}}`, `{"command":" y ","pool":"p","daemon":true,"restartable":true,"exclusive":false}`,
+		`{"command":"x","gpu_indices":[1,0],"target_worker":"w","labels":{"a":"b"},"replicas":1000,"max_restarts":10000,"name":"n"}`,
 	} {
 		f.Add([]byte(s))
+	}
+	for _, c := range refusals {
+		f.Add([]byte(c.body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		spec, err := Parse(body)
@@ -208,4 +218,93 @@ func normalized(s Spec) Spec {
 		s.GPUIndices = nil
 	}
 	return s
+}
+
+// FuzzCheck drives Check with typed field values (set picks which fields
+// the request has), where FuzzSubmitBody's byte mutations mostly explore
+// the JSON decoder: the answer is a 400 with a detail or a Spec that holds
+// Spec's guarantees, and the request sent as JSON gets the same answer
+// from Parse (when its strings are valid UTF-8, which JSON keeps as is).
+func FuzzCheck(f *testing.F) {
+	f.Add("echo", 1.0, int64(0), int64(512), "", []byte{}, "k", "v", "/v", 1, "never", 0, "n", "", uint16(0xffff))
+	f.Add(" ", 0.5, int64(-1), int64(1<<40), "w", []byte{0, 1, 1}, "", "", "a/../b", 0, "sometimes", -1, "a/b", "p", uint16(0x0fff))
+	f.Add("x", -0.0, int64(8), int64(0), "w", []byte{255}, string(make([]byte, 64)), "", "v", 1001, "on-failure", 10001, " n", "", uint16(0x1ff1))
+	f.Fuzz(func(t *testing.T, command string, cpu float64, gpus, memMB int64, target string, gpuIdx []byte,
+		labelKey, labelValue, venv string, replicas int, policy string, maxRestarts int, name, pool string, set uint16) {
+		req := &Request{Command: &command}
+		has := func(bit int) bool { return set&(1<<bit) != 0 }
+		if has(0) {
+			req.ResourceRequirements = &ResourceSpec{}
+			if has(1) {
+				req.ResourceRequirements.CPUCores = &cpu
+			}
+			if has(2) {
+				req.ResourceRequirements.GPUUnits = &gpus
+			}
+			if has(3) {
+				req.ResourceRequirements.MemoryMB = &memMB
+			}
+		}
+		if has(4) {
+			req.TargetWorker = &target
+		}
+		if has(5) {
+			for _, b := range gpuIdx {
+				req.GPUIndices = append(req.GPUIndices, int(int8(b)))
+			}
+		}
+		if has(6) {
+			req.Labels = map[string]string{labelKey: labelValue}
+			req.Env = map[string]string{labelKey: labelValue}
+		}
+		if has(7) {
+			req.Venv = &venv
+		}
+		if has(8) {
+			req.Replicas = &replicas
+		}
+		if has(9) {
+			req.RestartPolicy = &policy
+		}
+		if has(10) {
+			req.MaxRestarts = &maxRestarts
+		}
+		if has(11) {
+			req.Name = &name
+		}
+		if has(12) {
+			req.Pool = &pool
+		}
+		if has(13) {
+			flag := has(14)
+			req.Exclusive, req.Daemon, req.Restartable = &flag, &flag, &flag
+		}
+		spec, err := Check(req)
+		body, merr := json.Marshal(req)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Code != 400 || e.Detail == "" {
+				t.Fatalf("request %s: refusal %T %v", body, err, err)
+			}
+		} else {
+			checkSpec(t, body, spec)
+		}
+		for _, s := range []string{command, target, labelKey, labelValue, venv, policy, name, pool} {
+			if !utf8.ValidString(s) {
+				return
+			}
+		}
+		if merr != nil {
+			return // NaN or an infinity: not JSON
+		}
+		spec2, err2 := Parse(body)
+		switch {
+		case (err == nil) != (err2 == nil):
+			t.Fatalf("request %s: Check says %v, Parse says %v", body, err, err2)
+		case err != nil && err.Error() != err2.Error():
+			t.Fatalf("request %s: Check says %v, Parse says %v", body, err, err2)
+		case err == nil && !reflect.DeepEqual(normalized(*spec), normalized(*spec2)):
+			t.Fatalf("request %s: Check and Parse differ:\n%+v\n%+v", body, spec, spec2)
+		}
+	})
 }
