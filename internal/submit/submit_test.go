@@ -229,6 +229,19 @@ func FuzzCheck(f *testing.F) {
 	f.Add("echo", 1.0, int64(0), int64(512), "", []byte{}, "k", "v", "/v", 1, "never", 0, "n", "", uint16(0xffff))
 	f.Add(" ", 0.5, int64(-1), int64(1<<40), "w", []byte{0, 1, 1}, "", "", "a/../b", 0, "sometimes", -1, "a/b", "p", uint16(0x0fff))
 	f.Add("x", -0.0, int64(8), int64(0), "w", []byte{255}, string(make([]byte, 64)), "", "v", 1001, "on-failure", 10001, " n", "", uint16(0x1ff1))
+	// Two that pass the early checks and reach late ones: a venv with '..',
+	// and a restart policy without max_restarts (the default applies).
+	f.Add("x", 2.0, int64(1), int64(1024), "w", []byte{0, 1}, "k", "v", "/a/../b", 2, "always", 3, "n", "p", uint16(0x3fff))
+	f.Add("x", 2.0, int64(1), int64(1024), "w", []byte{0, 1}, "k", "v", "/v", 2, "on-failure", 0, "n", "p", uint16(0x3bff))
+	for _, c := range refusals { // one seed next to each refusal
+		req, err := Decode([]byte(c.body))
+		if err != nil {
+			f.Fatal(err)
+		}
+		a := checkArgs(req)
+		f.Add(a.command, a.cpu, a.gpus, a.memMB, a.target, a.gpuIdx, a.labelKey, a.labelValue, a.venv, a.replicas,
+			a.policy, a.maxRestarts, a.name, a.pool, a.set)
+	}
 	f.Fuzz(func(t *testing.T, command string, cpu float64, gpus, memMB int64, target string, gpuIdx []byte,
 		labelKey, labelValue, venv string, replicas int, policy string, maxRestarts int, name, pool string, set uint16) {
 		req := &Request{Command: &command}
@@ -307,4 +320,70 @@ func FuzzCheck(f *testing.F) {
 			t.Fatalf("request %s: Check and Parse differ:\n%+v\n%+v", body, spec, spec2)
 		}
 	})
+}
+
+// fuzzCheckArgs are FuzzCheck's arguments.
+type fuzzCheckArgs struct {
+	command                    string
+	cpu                        float64
+	gpus, memMB                int64
+	target                     string
+	gpuIdx                     []byte
+	labelKey, labelValue, venv string
+	replicas                   int
+	policy                     string
+	maxRestarts                int
+	name, pool                 string
+	set                        uint16
+}
+
+// checkArgs are FuzzCheck's arguments for req (one label at most, the
+// three flags all set or all unset, GPU indices between -128 and 127).
+func checkArgs(req *Request) fuzzCheckArgs {
+	a := fuzzCheckArgs{command: *req.Command, gpuIdx: []byte{}}
+	str := func(p *string, bit int) string {
+		if p == nil {
+			return ""
+		}
+		a.set |= 1 << bit
+		return *p
+	}
+	if r := req.ResourceRequirements; r != nil {
+		a.set |= 1
+		if r.CPUCores != nil {
+			a.cpu, a.set = *r.CPUCores, a.set|1<<1
+		}
+		if r.GPUUnits != nil {
+			a.gpus, a.set = *r.GPUUnits, a.set|1<<2
+		}
+		if r.MemoryMB != nil {
+			a.memMB, a.set = *r.MemoryMB, a.set|1<<3
+		}
+	}
+	a.target = str(req.TargetWorker, 4)
+	if req.GPUIndices != nil {
+		a.set |= 1 << 5
+		for _, g := range req.GPUIndices {
+			a.gpuIdx = append(a.gpuIdx, byte(int8(g)))
+		}
+	}
+	for k, v := range req.Labels {
+		a.labelKey, a.labelValue, a.set = k, v, a.set|1<<6
+	}
+	a.venv = str(req.Venv, 7)
+	if req.Replicas != nil {
+		a.replicas, a.set = *req.Replicas, a.set|1<<8
+	}
+	a.policy = str(req.RestartPolicy, 9)
+	if req.MaxRestarts != nil {
+		a.maxRestarts, a.set = *req.MaxRestarts, a.set|1<<10
+	}
+	a.name, a.pool = str(req.Name, 11), str(req.Pool, 12)
+	if req.Exclusive != nil {
+		a.set |= 1 << 13
+		if *req.Exclusive {
+			a.set |= 1 << 14
+		}
+	}
+	return a
 }
