@@ -39,7 +39,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -54,6 +53,7 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/store"
+	"github.com/tide-project/tide/internal/submit"
 )
 
 // Backend is what the HTTP layer needs from the head.
@@ -219,10 +219,13 @@ func writeDetail(w http.ResponseWriter, code int, detail string) {
 // fail maps an error to PyLet's status codes; notFound is the 404 detail.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error, notFound string) {
 	var ae *Error
+	var se *submit.Error
 	var nt *store.NameTakenError
 	switch {
 	case errors.As(err, &ae):
 		writeDetail(w, ae.Code, ae.Detail)
+	case errors.As(err, &se):
+		writeDetail(w, se.Code, se.Detail)
 	case errors.As(err, &nt):
 		writeDetail(w, http.StatusBadRequest, fmt.Sprintf("An instance with name '%s' already exists.", nt.Name))
 	case errors.Is(err, store.ErrNotFound):
@@ -239,68 +242,57 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error, notFoun
 	}
 }
 
-// decode reads a JSON body; on failure it writes FastAPI's 422 and returns false.
-func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+// read reads a request body; on failure it writes the answer (413 past
+// Options.MaxBodyBytes, 408 past the body timeout, 400 otherwise) and
+// returns false.
+func (s *server) read(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeDetail(w, http.StatusRequestEntityTooLarge, "Request body too large")
-			return false
-		}
-		var ne interface{ Timeout() bool }
-		if errors.As(err, &ne) && ne.Timeout() {
-			writeDetail(w, http.StatusRequestTimeout, "Request body too slow")
-			return false
-		}
-		writeDetail(w, http.StatusBadRequest, "Could not read request body")
+	if err == nil {
+		return body, true
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeDetail(w, http.StatusRequestEntityTooLarge, "Request body too large")
+		return nil, false
+	}
+	var ne interface{ Timeout() bool }
+	if errors.As(err, &ne) && ne.Timeout() {
+		writeDetail(w, http.StatusRequestTimeout, "Request body too slow")
+		return nil, false
+	}
+	writeDetail(w, http.StatusBadRequest, "Could not read request body")
+	return nil, false
+}
+
+// decode reads a JSON body; on failure it writes FastAPI's 422 (see
+// submit.Unmarshal) or read's answer and returns false.
+func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, ok := s.read(w, r)
+	if !ok {
 		return false
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	err = dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("trailing data after the JSON value")
+	if ve := submit.Unmarshal(body, v); ve != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, ve)
+		return false
 	}
-	if err == nil && bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
-		err = errors.New("body must be a JSON object")
-	}
-	if err == nil {
-		return true
-	}
-	item := validationItem{Loc: []any{"body"}, Msg: "JSON decode error: " + err.Error(), Type: "json_invalid"}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		item = validationItem{Loc: []any{"body"}, Msg: fmt.Sprintf("Input should be a valid %s", te.Type), Type: "type_error"}
-		for _, f := range strings.Split(te.Field, ".") {
-			if f != "" {
-				item.Loc = append(item.Loc, f)
-			}
-		}
-	}
-	raw := json.RawMessage(body)
-	if !json.Valid(body) {
-		raw, _ = json.Marshal(string(body))
-	}
-	writeJSON(w, http.StatusUnprocessableEntity, validationError{Detail: []validationItem{item}, Body: raw})
-	return false
+	return true
 }
 
 func missingField(w http.ResponseWriter, field string, body any) {
-	raw, _ := json.Marshal(body)
-	writeJSON(w, http.StatusUnprocessableEntity, validationError{
-		Detail: []validationItem{{Loc: []any{"body", field}, Msg: "Field required", Type: "missing"}}, Body: raw})
+	writeJSON(w, http.StatusUnprocessableEntity, submit.MissingField(field, body))
 }
 
 func (s *server) submit(w http.ResponseWriter, r *http.Request) {
-	var req SubmitRequest
-	if !s.decode(w, r, &req) {
+	body, ok := s.read(w, r)
+	if !ok {
 		return
 	}
-	if req.Command == nil {
-		missingField(w, "command", req)
+	req, err := submit.Decode(body)
+	if err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, err)
 		return
 	}
-	ids, err := s.b.Submit(r.Context(), &req)
+	ids, err := s.b.Submit(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err, "Instance not found")
 		return

@@ -1,27 +1,20 @@
 package api
 
 import (
-	"encoding/json"
-	"errors"
-	"math"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/store"
-	"github.com/tide-project/tide/internal/validate"
+	"github.com/tide-project/tide/internal/submit"
 )
 
 // TimeFormat is SQLite's datetime('now') layout, UTC without zone, as PyLet
 // returns timestamps.
 const TimeFormat = "2006-01-02 15:04:05"
 
-// ResourceSpec is PyLet's resource block: CPU cores (tide accepts
-// fractions), GPU count and memory in MiB.
-type ResourceSpec struct {
-	CPUCores *float64 `json:"cpu_cores,omitempty"`
-	GPUUnits *int64   `json:"gpu_units,omitempty"`
-	MemoryMB *int64   `json:"memory_mb,omitempty"`
-}
+// ResourceSpec is PyLet's resource block (CPU cores, GPU count, memory
+// in MiB); the type lives in internal/submit with the submit body.
+type ResourceSpec = submit.ResourceSpec
 
 // ResourcesOut is a resource block in responses (every field present).
 type ResourcesOut struct {
@@ -35,66 +28,9 @@ func ResourcesFrom(r capacity.Resources) ResourcesOut {
 	return ResourcesOut{CPUCores: float64(r.MilliCPU) / 1000, GPUUnits: r.GPUs, MemoryMB: r.Memory >> 20}
 }
 
-// Validate refuses amounts that cannot be meant (negative, NaN, infinite,
-// past any machine: internal/validate's limits); errors name the field
-// under prefix, e.g. "resource_requirements.memory_mb". ToResources cannot
-// overflow on a validated spec.
-func (s *ResourceSpec) Validate(prefix string) error {
-	if s == nil {
-		return nil
-	}
-	var errs []error
-	if s.CPUCores != nil {
-		errs = append(errs, validate.Cores(prefix+".cpu_cores", *s.CPUCores))
-	}
-	if s.GPUUnits != nil {
-		errs = append(errs, validate.GPUs(prefix+".gpu_units", *s.GPUUnits))
-	}
-	if s.MemoryMB != nil {
-		errs = append(errs, validate.MemoryMB(prefix+".memory_mb", float64(*s.MemoryMB)))
-	}
-	return errors.Join(errs...)
-}
-
-// ToResources converts PyLet's units to tide's, applying defaults for
-// missing fields.
-func (s *ResourceSpec) ToResources(defCPU float64, defGPU, defMemMB int64) capacity.Resources {
-	cpu, gpu, mem := defCPU, defGPU, defMemMB
-	if s != nil {
-		if s.CPUCores != nil {
-			cpu = *s.CPUCores
-		}
-		if s.GPUUnits != nil {
-			gpu = *s.GPUUnits
-		}
-		if s.MemoryMB != nil {
-			mem = *s.MemoryMB
-		}
-	}
-	return capacity.Resources{MilliCPU: int64(math.Round(cpu * 1000)), GPUs: gpu, Memory: mem << 20}
-}
-
 // SubmitRequest is the body of POST /instances: PyLet's fields plus tide's
-// extensions (replicas, restart policy, pool, daemon, restartable).
-type SubmitRequest struct {
-	Command              *string           `json:"command"`
-	ResourceRequirements *ResourceSpec     `json:"resource_requirements,omitempty"`
-	Name                 *string           `json:"name,omitempty"`
-	TargetWorker         *string           `json:"target_worker,omitempty"`
-	GPUIndices           []int             `json:"gpu_indices,omitempty"`
-	Exclusive            *bool             `json:"exclusive,omitempty"`
-	Labels               map[string]string `json:"labels,omitempty"`
-	Env                  map[string]string `json:"env,omitempty"`
-	Venv                 *string           `json:"venv,omitempty"`
-	Replicas             *int              `json:"replicas,omitempty"`
-	RestartPolicy        *string           `json:"restart_policy,omitempty"`
-	MaxRestarts          *int              `json:"max_restarts,omitempty"`
-	Pool                 *string           `json:"pool,omitempty"`
-	Daemon               *bool             `json:"daemon,omitempty"`
-	// Restartable lets consolidation stop the instance and start it again
-	// on another node (default false: it is never moved).
-	Restartable *bool `json:"restartable,omitempty"`
-}
+// extensions. internal/submit decodes and checks it.
+type SubmitRequest = submit.Request
 
 // SubmitResponse is PyLet's {"instance_id"}; with replicas, every id too.
 type SubmitResponse struct {
@@ -288,16 +224,4 @@ type LogChunk struct {
 	TotalSize       int64  `json:"total_size"`
 	Content         string `json:"content"`
 	Size            int64  `json:"size"`
-}
-
-// validationItem is one entry of a 422 detail list (FastAPI's shape).
-type validationItem struct {
-	Loc  []any  `json:"loc"`
-	Msg  string `json:"msg"`
-	Type string `json:"type"`
-}
-
-type validationError struct {
-	Detail []validationItem `json:"detail"`
-	Body   json.RawMessage  `json:"body"`
 }

@@ -28,6 +28,7 @@ var purePackages = []string{
 	"internal/scheduler",
 	"internal/fleet",
 	"internal/validate",
+	"internal/submit",
 	"internal/kube/demand",
 	"internal/kube/drain",
 }

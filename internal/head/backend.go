@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/store"
+	"github.com/tide-project/tide/internal/submit"
 )
 
 var (
@@ -31,12 +30,8 @@ var (
 	_ api.InstanceCounter = (*Head)(nil)
 )
 
-// Limits on submitted fields.
+// Limits on reported fields (submitted ones are internal/submit's).
 const (
-	maxLabelKey   = 63
-	maxLabelValue = 255
-	maxReplicas   = 1000
-	maxNameLen    = 253
 	// maxFailureReason bounds a worker's failure reason.
 	maxFailureReason = 512
 	// DefaultLogPort is the worker log server's port when a worker names none.
@@ -57,22 +52,20 @@ func truncate(s string, n int) string {
 func bad(format string, args ...any) error { return api.Errorf(http.StatusBadRequest, format, args...) }
 
 // Submit validates a submit request and stores its instances (one per
-// replica) in one transaction. A request that names no pool and no
-// target_worker goes to the pool Config.Route picks.
+// replica) in one transaction. submit.Check runs the checks that need no
+// state; Submit adds the target worker's (it must exist, be online and
+// have the GPU indices asked for) and the pool's. A request that names no
+// pool and no target_worker goes to the pool Config.Route picks.
 func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, error) {
-	cmd := strings.TrimSpace(*req.Command)
-	if cmd == "" {
-		return nil, bad("command must not be empty")
+	spec, err := submit.Check(req)
+	if err != nil {
+		return nil, err
 	}
-	if err := req.ResourceRequirements.Validate("resource_requirements"); err != nil {
-		return nil, bad("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
-	}
-	res := req.ResourceRequirements.ToResources(1, 0, 512)
 	var target *store.Worker
-	if req.TargetWorker != nil && *req.TargetWorker != "" {
-		w, err := h.st.GetWorker(ctx, *req.TargetWorker)
+	if spec.TargetWorker != "" {
+		w, err := h.st.GetWorker(ctx, spec.TargetWorker)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, bad("Target worker '%s' not found", *req.TargetWorker)
+			return nil, bad("Target worker '%s' not found", spec.TargetWorker)
 		}
 		if err != nil {
 			return nil, err
@@ -80,86 +73,19 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 		if w.Status == store.WorkerOffline {
 			return nil, bad("Target worker '%s' is not online (status: %s)", w.ID, w.Status)
 		}
+		for _, g := range spec.GPUIndices {
+			if int64(g) >= w.Capacity.GPUs {
+				return nil, bad("gpu index %d does not exist on worker '%s' (%d GPUs)", g, w.ID, w.Capacity.GPUs)
+			}
+		}
 		target = w
 	}
-	if len(req.GPUIndices) > 0 {
-		if target == nil {
-			return nil, bad("gpu_indices requires target_worker")
-		}
-		seen := map[int]bool{}
-		for _, g := range req.GPUIndices {
-			if g < 0 {
-				return nil, bad("gpu_indices must be non-negative, got %d", g)
-			}
-			if seen[g] {
-				return nil, bad("gpu_indices must be unique, %d repeats", g)
-			}
-			seen[g] = true
-			if int64(g) >= target.Capacity.GPUs {
-				return nil, bad("gpu index %d does not exist on worker '%s' (%d GPUs)", g, target.ID, target.Capacity.GPUs)
-			}
-		}
-		res.GPUs = int64(len(req.GPUIndices))
-	}
-	for k, v := range req.Labels {
-		if k == "" || len(k) > maxLabelKey {
-			return nil, bad("label key %q must be 1 to %d characters", k, maxLabelKey)
-		}
-		if len(v) > maxLabelValue {
-			return nil, bad("label value for %q exceeds %d characters", k, maxLabelValue)
-		}
-	}
-	venv := ""
-	if req.Venv != nil && *req.Venv != "" {
-		venv = *req.Venv
-		if !path.IsAbs(venv) {
-			return nil, bad("venv must be an absolute path, got %q", venv)
-		}
-		if slices.Contains(strings.Split(venv, "/"), "..") {
-			return nil, bad("venv must not contain '..', got %q", venv)
-		}
-	}
 	for _, k := range []string{"PORT", "CUDA_VISIBLE_DEVICES"} {
-		if _, ok := req.Env[k]; ok {
+		if _, ok := spec.Env[k]; ok {
 			h.log.Warn("env variable is overridden by the worker", "var", k)
 		}
 	}
-	replicas := 1
-	if req.Replicas != nil {
-		replicas = *req.Replicas
-		if replicas < 1 || replicas > maxReplicas {
-			return nil, bad("replicas must be between 1 and %d, got %d", maxReplicas, replicas)
-		}
-	}
-	policy := store.RestartNever
-	if req.RestartPolicy != nil && *req.RestartPolicy != "" {
-		policy = store.RestartPolicy(*req.RestartPolicy)
-		if !policy.Valid() {
-			return nil, bad("restart_policy must be never, on-failure or always, got %q", *req.RestartPolicy)
-		}
-	}
-	maxRestarts := 0
-	if policy != store.RestartNever {
-		maxRestarts = 3
-	}
-	if req.MaxRestarts != nil {
-		maxRestarts = *req.MaxRestarts
-		if maxRestarts < 0 || maxRestarts > 10000 {
-			return nil, bad("max_restarts must be between 0 and 10000, got %d", maxRestarts)
-		}
-	}
-	name := ""
-	if req.Name != nil {
-		name = *req.Name
-		if err := validName(name); err != nil {
-			return nil, err
-		}
-	}
-	exclusive := req.Exclusive == nil || *req.Exclusive
-	pool := ""
-	if req.Pool != nil {
-		pool = *req.Pool
-	}
+	pool := spec.Pool
 	if pool != "" {
 		// A pool no autoscaler runs and no worker joined would make the
 		// instance wait forever. A head that knows no pool yet (workers
@@ -178,25 +104,25 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 		}
 	}
 	if pool == "" && target == nil && h.cfg.Route != nil {
-		pool = h.cfg.Route(req.Labels, res)
+		pool = h.cfg.Route(spec.Labels, spec.Resources)
 	}
-	ins := make([]store.Instance, replicas)
-	ids := make([]string, replicas)
+	ins := make([]store.Instance, spec.Replicas)
+	ids := make([]string, spec.Replicas)
 	now := h.clk.Now()
 	for i := range ins {
 		id := uuid.NewString()
-		n := name
+		n := spec.Name
 		switch {
 		case n == "":
 			n = store.UnnamedName(id) // reads back null, as PyLet's does
-		case replicas > 1:
-			n = fmt.Sprintf("%s-%d", name, i)
+		case spec.Replicas > 1:
+			n = fmt.Sprintf("%s-%d", spec.Name, i)
 		}
 		ids[i] = id
-		ins[i] = store.Instance{ID: id, Name: n, Command: cmd, Pool: pool, Requests: res, Exclusive: exclusive,
-			Daemon: req.Daemon != nil && *req.Daemon, Restartable: req.Restartable != nil && *req.Restartable, Labels: req.Labels, Env: req.Env, Venv: venv,
-			RequestedGPUIndices: req.GPUIndices, RestartPolicy: policy, MaxRestarts: maxRestarts,
-			CreatedAt: now, QueuedAt: now}
+		ins[i] = store.Instance{ID: id, Name: n, Command: spec.Command, Pool: pool, Requests: spec.Resources,
+			Exclusive: spec.Exclusive, Daemon: spec.Daemon, Restartable: spec.Restartable, Labels: spec.Labels,
+			Env: spec.Env, Venv: spec.Venv, RequestedGPUIndices: spec.GPUIndices, RestartPolicy: spec.RestartPolicy,
+			MaxRestarts: spec.MaxRestarts, CreatedAt: now, QueuedAt: now}
 		if target != nil {
 			ins[i].TargetWorker = target.ID
 		}
@@ -204,19 +130,9 @@ func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, er
 	if err := h.inserts.insert(ctx, ins, now); err != nil {
 		return nil, err
 	}
-	h.m.submitted.Add(float64(replicas))
+	h.m.submitted.Add(float64(spec.Replicas))
 	h.Poke()
 	return ids, nil
-}
-
-func validName(n string) error {
-	if n == "" || len(n) > maxNameLen {
-		return bad("name must be 1 to %d characters", maxNameLen)
-	}
-	if strings.ContainsAny(n, "/?#%") || strings.TrimSpace(n) != n || n == "." || n == ".." {
-		return bad("name %q must not contain '/', '?', '#', '%%' or surrounding spaces", n)
-	}
-	return nil
 }
 
 // Instance returns one instance.
@@ -278,8 +194,8 @@ func (h *Head) DeleteInstances(ctx context.Context, status store.Status) ([]stri
 
 // RegisterWorker registers or reconnects a worker and returns its token.
 func (h *Head) RegisterWorker(ctx context.Context, req *api.RegisterRequest) (string, error) {
-	if len(req.WorkerID) > maxNameLen || strings.ContainsAny(req.WorkerID, "/?#%") {
-		return "", bad("worker_id %q must be at most %d characters without '/', '?', '#' or '%%'", req.WorkerID, maxNameLen)
+	if len(req.WorkerID) > submit.MaxNameLen || strings.ContainsAny(req.WorkerID, "/?#%") {
+		return "", bad("worker_id %q must be at most %d characters without '/', '?', '#' or '%%'", req.WorkerID, submit.MaxNameLen)
 	}
 	if err := req.Resources.Validate("resources"); err != nil {
 		return "", bad("%s", strings.ReplaceAll(err.Error(), "\n", "; "))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/submit"
 )
 
 // Status is an instance's lifecycle state (PyLet's statuses, unchanged).
@@ -52,23 +53,17 @@ const (
 	WorkerOffline WorkerStatus = "OFFLINE"
 )
 
-// RestartPolicy says when a finished or lost attempt is queued again.
-type RestartPolicy string
+// RestartPolicy says when a finished or lost attempt is queued again. Its
+// names and its Valid method live in internal/submit, which checks them on
+// submit.
+type RestartPolicy = submit.RestartPolicy
 
-// Restart policies.
+// Restart policies (see internal/submit).
 const (
-	// RestartNever never queues an instance again (PyLet's only behaviour).
-	RestartNever RestartPolicy = "never"
-	// RestartOnFailure queues it again when an attempt fails or is lost.
-	RestartOnFailure RestartPolicy = "on-failure"
-	// RestartAlways queues it again after any exit, success included.
-	RestartAlways RestartPolicy = "always"
+	RestartNever     = submit.RestartNever
+	RestartOnFailure = submit.RestartOnFailure
+	RestartAlways    = submit.RestartAlways
 )
-
-// Valid reports whether p is a known policy.
-func (p RestartPolicy) Valid() bool {
-	return p == RestartNever || p == RestartOnFailure || p == RestartAlways
-}
 
 // Failure reasons recorded on FAILED instances.
 const (
