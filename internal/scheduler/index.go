@@ -1,9 +1,8 @@
 package scheduler
 
 import (
+	"slices"
 	"time"
-
-	"github.com/google/btree"
 
 	"github.com/tide-project/tide/internal/capacity"
 )
@@ -15,11 +14,12 @@ import (
 // GPU-less request's "GPUs wasted" is the free GPU count itself), then
 // busy before empty, then the rank of the direction of their free CPU and
 // memory for the request, then free room, then ordinal (score.go). The
-// index holds the workers in a B-tree by free GPUs, empty, direction, free
-// room and ordinal; the best fit is found by visiting, from the request's
-// GPUs on, each (empty, direction) class in the request's order, from its
-// first worker with enough room, to the first whose CPU, memory (and
-// extended resources) fit.
+// index holds the workers by free GPUs, empty and direction, each such
+// class in a tree ordered by free room and ordinal (ixForest); the best fit
+// is found by visiting, from the request's GPUs on, each (empty,
+// direction) class in the request's order for its first worker whose CPU,
+// memory (and extended resources) fit, skipping the subtrees whose largest
+// free CPU or largest free memory is too small.
 //
 // It is the caller's mirror of its workers: Set a worker when its free
 // capacity changes or it becomes schedulable, Remove it when it is
@@ -27,7 +27,7 @@ import (
 // workers and the same instances one by one, and keeps the index up to
 // date with what it places. Pure: no I/O, time is an argument.
 type Index struct {
-	tree    *btree.BTreeG[ixKey]
+	tree    ixForest
 	entries map[int]*ixEntry
 }
 
@@ -43,22 +43,6 @@ type ixKey struct {
 	mem     int64 // free bytes (not part of the order)
 }
 
-func (a ixKey) less(b ixKey) bool {
-	switch {
-	case a.gpus != b.gpus:
-		return a.gpus < b.gpus
-	case a.empty != b.empty:
-		return !a.empty
-	case a.dir != b.dir:
-		return a.dir < b.dir
-	case a.room != b.room:
-		return a.room < b.room
-	case a.ordinal != b.ordinal:
-		return a.ordinal < b.ordinal
-	}
-	return a.id < b.id
-}
-
 type ixEntry struct {
 	key      ixKey
 	capacity capacity.Resources // GPUs: the number of indices
@@ -67,7 +51,7 @@ type ixEntry struct {
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{tree: btree.NewG(16, ixKey.less), entries: map[int]*ixEntry{}}
+	return &Index{tree: newIxForest(), entries: map[int]*ixEntry{}}
 }
 
 // Len returns the number of workers in the index.
@@ -119,41 +103,27 @@ func (x *Index) Free(id int) (capacity.Resources, bool) {
 // lowest ordinal. ok is false when no worker fits.
 func (x *Index) Best(req capacity.Resources) (id int, ok bool) {
 	order := directionOrder(direction(req.MilliCPU, req.Memory))
-	minRoom := room(req)
-	level := max(req.GPUs, 0)
-	for {
-		// The lowest GPU level at or above level that holds a worker.
-		found := false
-		x.tree.AscendGreaterOrEqual(ixKey{gpus: level, ordinal: -1 << 62, id: -1 << 62, room: -1 << 62}, func(k ixKey) bool {
-			level, found = k.gpus, true
-			return false
-		})
-		if !found {
-			return 0, false
-		}
-		for _, empty := range [2]bool{false, true} {
+	var extOK func(*ixKey) bool
+	if len(req.Extended) > 0 {
+		cm := cpuMem(req)
+		extOK = func(k *ixKey) bool { return cm.Fits(x.entries[k.id].free) }
+	}
+	// A worker whose CPU and memory fit has at least the request's free
+	// room, so the first that fits in a class's order is the first of
+	// those with enough room that fits, as Place ranks them.
+	f := &x.tree
+	i, _ := slices.BinarySearch(f.levels, max(req.GPUs, 0))
+	for _, level := range f.levels[i:] {
+		lv := f.byGPU[level]
+		for e := range lv.root {
 			for _, d := range order {
-				pivot := ixKey{gpus: level, empty: empty, dir: d, room: minRoom, ordinal: -1 << 62, id: -1 << 62}
-				x.tree.AscendGreaterOrEqual(pivot, func(k ixKey) bool {
-					if k.gpus != level || k.empty != empty || k.dir != d {
-						return false
-					}
-					if k.cpu < req.MilliCPU || k.mem < req.Memory {
-						return true
-					}
-					if len(req.Extended) > 0 && !cpuMem(req).Fits(x.entries[k.id].free) {
-						return true
-					}
-					id, ok = k.id, true
-					return false
-				})
-				if ok {
-					return id, ok
+				if t := f.first(lv.root[e][d], req.MilliCPU, req.Memory, extOK); t != 0 {
+					return f.nodes[t].key.id, true
 				}
 			}
 		}
-		level++
 	}
+	return 0, false
 }
 
 // fitCount returns how many instances of req fit in free (capacity.MaxInt
