@@ -575,6 +575,9 @@ func (e *engine) reportNode(n *node) capacity.Node {
 	if !n.busy() {
 		cn.IdleSince = n.idleSince
 	}
+	// The entry is rebuilt whenever its work changes (repStale), so its
+	// sums are computed once per change, not by every policy evaluation.
+	cn.Summarize()
 	return cn
 }
 
