@@ -101,6 +101,20 @@ func (n *Node) Summarize() {
 	n.sums = s
 }
 
+// SetSums records what Running adds up to as its producer keeps it, for
+// a producer that tracks the sums as work comes and goes and need not add
+// Running up again (Summarize's answers without its pass): what the
+// instances allocate, whether a non-daemon instance runs (busy), whether a
+// daemon does, and the number of non-daemon instances. The producer
+// vouches for them; an allocation with extended resources is not cached.
+func (n *Node) SetSums(allocated Resources, busy, daemons bool, inflight int) {
+	if allocated.Extended != nil {
+		n.sums = nodeSums{}
+		return
+	}
+	n.sums = nodeSums{ok: true, busy: busy, daemons: daemons, inflight: inflight, allocated: allocated}
+}
+
 // Kinds reports whether the node runs non-daemon work (busy) and whether
 // it runs daemons.
 func (n *Node) Kinds() (busy, daemons bool) {
