@@ -29,6 +29,19 @@ import (
 type Index struct {
 	tree    ixForest
 	entries map[int]*ixEntry
+	// dense holds every worker's figures for reserveFor's pass, in no
+	// order (ixEntry.pos); ext counts the workers with extended resources,
+	// which take the pass over the tree.
+	dense []ixDense
+	ext   int
+}
+
+// ixDense is what reserveFor reads of a worker, without its maps.
+type ixDense struct {
+	cpu, mem, gpus          int64 // free
+	capCPU, capMem, capGPUs int64
+	ordinal, id             int
+	held                    bool // out of the tree while PlaceGroups holds it
 }
 
 // ixKey is a worker's place in the order.
@@ -45,6 +58,8 @@ type ixKey struct {
 
 type ixEntry struct {
 	key      ixKey
+	pos      int                // in Index.dense
+	ext      bool               // capacity or free has extended resources
 	capacity capacity.Resources // GPUs: the number of indices
 	free     capacity.Resources // GPUs: not exclusively held
 }
@@ -63,13 +78,23 @@ func (x *Index) Len() int { return len(x.entries) }
 func (x *Index) Set(id, ordinal int, capacity, free capacity.Resources) {
 	e := x.entries[id]
 	if e == nil {
-		e = &ixEntry{}
+		e = &ixEntry{pos: len(x.dense)}
 		x.entries[id] = e
+		x.dense = append(x.dense, ixDense{})
 	} else {
 		x.tree.Delete(e.key)
+		if e.ext {
+			x.ext--
+		}
 	}
 	e.capacity, e.free = capacity, free
 	e.key = keyOf(id, ordinal, capacity, free)
+	e.ext = capacity.Extended != nil || free.Extended != nil
+	if e.ext {
+		x.ext++
+	}
+	x.dense[e.pos] = ixDense{cpu: free.MilliCPU, mem: free.Memory, gpus: free.GPUs,
+		capCPU: capacity.MilliCPU, capMem: capacity.Memory, capGPUs: capacity.GPUs, ordinal: ordinal, id: id}
 	x.tree.ReplaceOrInsert(e.key)
 }
 
@@ -85,6 +110,15 @@ func (x *Index) Remove(id int) {
 	if e := x.entries[id]; e != nil {
 		x.tree.Delete(e.key)
 		delete(x.entries, id)
+		if e.ext {
+			x.ext--
+		}
+		last := len(x.dense) - 1
+		if e.pos != last {
+			x.dense[e.pos] = x.dense[last]
+			x.entries[x.dense[e.pos].id].pos = e.pos
+		}
+		x.dense = x.dense[:last]
 	}
 }
 
@@ -242,11 +276,13 @@ func (x *Index) PlaceGroups(src GroupSource, cfg Config, now time.Time, out []Gr
 					res.Reserved, res.ReservedFor = e.key.id, g.ID
 				}
 				x.tree.Delete(e.key)
+				x.dense[e.pos].held = true
 				held = append(held, e)
 			}
 		}
 	}
 	for _, e := range held {
+		x.dense[e.pos].held = false
 		x.tree.ReplaceOrInsert(e.key)
 	}
 	return res
@@ -283,6 +319,14 @@ func (x *Index) runLength(e *ixEntry, req capacity.Resources, fit int) int {
 // among equals (Place looks at workers in the order given, by ordinal in
 // the simulator).
 func (x *Index) reserveFor(req capacity.Resources) *ixEntry {
+	if len(req.Extended) == 0 && x.ext == 0 {
+		return x.reserveForDense(req)
+	}
+	return x.reserveForWalk(req)
+}
+
+// reserveForWalk is reserveFor by a walk over the tree in its order.
+func (x *Index) reserveForWalk(req capacity.Resources) *ixEntry {
 	var best *ixEntry
 	bestDef := 0.0
 	x.tree.Ascend(func(k ixKey) bool {
@@ -297,6 +341,56 @@ func (x *Index) reserveFor(req capacity.Resources) *ixEntry {
 		return true
 	})
 	return best
+}
+
+// reserveForDense is reserveFor's answer for a request and workers
+// without extended resources, from one pass over dense, which holds the
+// same figures without the tree walk and the map look-ups. Dense is in no
+// order, so a tie of shortfall and ordinal goes to the worker first in the
+// tree's order, as the walk in that order finds it.
+func (x *Index) reserveForDense(req capacity.Resources) *ixEntry {
+	frac := func(need, free, total int64) float64 {
+		if need <= free || total <= 0 {
+			return 0
+		}
+		return float64(need-free) / float64(total)
+	}
+	gpus := max(req.GPUs, 0)
+	best := -1
+	bestDef := 0.0
+	for i := range x.dense {
+		w := &x.dense[i]
+		if w.held || req.MilliCPU > w.capCPU || req.Memory > w.capMem || gpus > w.capGPUs {
+			continue
+		}
+		// deficitOf, in its order of additions.
+		d := frac(req.MilliCPU, w.cpu, w.capCPU) + frac(req.Memory, w.mem, w.capMem) + frac(gpus, w.gpus, w.capGPUs)
+		if best < 0 || d < bestDef {
+			best, bestDef = i, d
+			continue
+		}
+		if b := &x.dense[best]; d == bestDef && (w.ordinal < b.ordinal ||
+			w.ordinal == b.ordinal && treeBefore(x.entries[w.id].key, x.entries[b.id].key)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	return x.entries[x.dense[best].id]
+}
+
+// treeBefore reports whether a comes before b in the index's order.
+func treeBefore(a, b ixKey) bool {
+	switch {
+	case a.gpus != b.gpus:
+		return a.gpus < b.gpus
+	case a.empty != b.empty:
+		return !a.empty
+	case a.dir != b.dir:
+		return a.dir < b.dir
+	}
+	return inClass(&a, &b)
 }
 
 // deficitOf is node.deficit for a simple instance: how far free is from

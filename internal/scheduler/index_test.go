@@ -263,6 +263,13 @@ func TestIndexBestMatchesScan(t *testing.T) {
 			if ok != found || (ok && got != best.id) {
 				t.Fatalf("seed %d step %d: Best(%v) = %d, %v; a scan ranks %d, %v first", seed, step, req, got, ok, best.id, found)
 			}
+			// reserveFor's pass over dense picks what the walk in the
+			// tree's order picks (without extended resources).
+			if len(req.Extended) == 0 {
+				if a, b := x.reserveForDense(req), x.reserveForWalk(req); a != b {
+					t.Fatalf("seed %d step %d: reserveFor(%v): dense %+v, walk %+v", seed, step, req, a, b)
+				}
+			}
 		}
 		var keys []ixKey
 		x.tree.Ascend(func(k ixKey) bool { keys = append(keys, k); return true })
