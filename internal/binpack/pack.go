@@ -159,6 +159,9 @@ type packer struct {
 	binFree  []int64 // nd per bin; existing bins first
 	binStart []int64 // initial free (existing) or capacity (new), nd per bin
 	binOff   []int32 // offering, or -1 for existing
+	// exIdx is, per existing bin, its index in options.free: only the
+	// existing nodes that could take an item are bins.
+	exIdx    []int32
 	binItems []int
 	tree     tree
 	newCount int
@@ -202,21 +205,14 @@ func newPacker(groups []capacity.Pending, offerings []capacity.Offering, o optio
 	}
 	p.pruneOfferings()
 
-	// Existing free space: the first bins.
-	nb := len(o.free)
-	p.binFree = make([]int64, nb*nd, (nb+16)*nd)
-	p.binOff = make([]int32, nb, nb+16)
-	p.binItems = make([]int, nb, nb+16)
+	// Existing free space counts in the largest node available.
+	v := make([]int64, nd)
 	for i := range o.free {
-		v := p.binFree[i*nd : (i+1)*nd]
 		p.d.vec(o.free[i], v)
 		for k := range v {
-			v[k] = max(v[k], 0)
 			biggest[k] = max(biggest[k], v[k])
 		}
-		p.binOff[i] = -1
 	}
-	p.binStart = slices.Clone(p.binFree)
 
 	// Groups: vectors, weights, packing order. A group asking for a negative
 	// amount, or for a dimension no node has, is unplaced outright.
@@ -279,21 +275,42 @@ func newPacker(groups []capacity.Pending, offerings []capacity.Offering, o optio
 			}
 		}
 	}
-	// The tree over the existing free space, built in one pass. A bin
-	// that does not fit the smallest request in some dimension (sufMin[0],
-	// the component-wise minimum over every group to place) fits no item:
-	// it enters the tree as "never fits", which leaves every first-fit
-	// answer as it was and spares the searches the subtrees of full
-	// nodes.
+	// Existing free space: the first bins, in the given order. A node
+	// whose free space does not fit the smallest request in some dimension
+	// (sufMin[0], the component-wise minimum over every group to place)
+	// fits no item, in this packing or in packTwice's second: it is no bin
+	// (its Result entry says nothing was placed), which leaves every
+	// first-fit answer as it was and spares each packing the vectors, the
+	// tree leaves and the result entries of full nodes (a backlog that
+	// waits is mostly one that fits no existing node). slowTree keeps
+	// every node as a bin, as before.
+	p.exIdx = make([]int32, 0, len(o.free))
+	for i := range o.free {
+		p.d.vec(o.free[i], v)
+		for k := range v {
+			v[k] = max(v[k], 0)
+		}
+		if slowTree || len(p.order) > 0 && fits(p.sufMin[:nd], v) {
+			p.exIdx = append(p.exIdx, int32(i))
+			p.binFree = append(p.binFree, v...)
+		}
+	}
+	nb := len(p.exIdx)
+	p.binFree = slices.Grow(p.binFree, 16*nd)
+	p.binOff = make([]int32, nb, nb+16)
+	p.binItems = make([]int, nb, nb+16)
+	for b := range nb {
+		p.binOff[b] = -1
+	}
+	p.binStart = slices.Clone(p.binFree)
+	// The tree over the existing bins, built in one pass.
 	p.tree = newTree(nd, nb+16)
-	switch {
-	case slowTree:
+	if slowTree {
 		for i := range nb {
 			p.tree.set(i, p.binFree[i*nd:(i+1)*nd])
 		}
-	case len(p.order) > 0:
-		least := p.sufMin[:nd]
-		p.tree.build(p.binFree, func(b int) bool { return !fits(least, p.binFree[b*nd:(b+1)*nd]) })
+	} else {
+		p.tree.build(p.binFree, nil)
 	}
 	return p
 }
@@ -505,11 +522,8 @@ func packTwice(groups []capacity.Pending, offerings []capacity.Offering, free []
 func (p *packer) result(existing []Node) Result {
 	nd := p.nd
 	nb := len(p.binOff)
-	ne := len(p.opts.free)
+	ne := len(p.exIdx)
 	res := Result{Unplaced: p.unplaced, Existing: existing, New: make([]Node, nb-ne)}
-	if existing == nil {
-		res.Existing = make([]Node, ne)
-	}
 	// Placements: one backing array, grouped by bin in placement order.
 	start := make([]int, nb+1)
 	for _, pl := range p.log {
@@ -519,6 +533,13 @@ func (p *packer) result(existing []Node) Result {
 		start[b+1] += start[b]
 	}
 	all := make([]Placement, len(p.log))
+	if existing == nil {
+		// The existing nodes that are no bin took nothing.
+		res.Existing = make([]Node, len(p.opts.free))
+		for i := range res.Existing {
+			res.Existing[i] = Node{Offering: -1, Existing: i, Placements: all[:0:0]}
+		}
+	}
 	next := slices.Clone(start[:nb])
 	for _, pl := range p.log {
 		all[next[pl.bin]] = Placement{Group: int(pl.group), Count: pl.count}
@@ -536,8 +557,8 @@ func (p *packer) result(existing []Node) Result {
 		n := Node{Offering: int(p.binOff[b]), Existing: -1, Used: p.d.resources(used), Items: p.binItems[b],
 			Placements: all[start[b]:start[b+1]:start[b+1]]}
 		if b < ne {
-			n.Existing = b
-			res.Existing[b] = n
+			n.Existing = int(p.exIdx[b])
+			res.Existing[n.Existing] = n
 		} else {
 			res.Cost += p.offCost[n.Offering]
 			res.New[b-ne] = n

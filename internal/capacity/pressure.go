@@ -55,10 +55,87 @@ type Node struct {
 	// IdleSince is when the node last became empty of non-daemon work; zero
 	// when busy or unknown.
 	IdleSince time.Time `json:"idle_since,omitzero"`
+
+	// sums caches what Running adds up to (Summarize); zero: not cached.
+	sums nodeSums
+}
+
+// nodeSums is what a node's Running adds up to, as Busy, Kinds,
+// Allocated and Pressure.Inflight compute it.
+type nodeSums struct {
+	ok        bool
+	busy      bool // a non-daemon instance runs
+	daemons   bool // a daemon instance runs
+	inflight  int  // non-daemon instances (saturated)
+	allocated Resources
+}
+
+// Summarize computes once what Running adds up to (whether the node is
+// busy, runs daemons, how many non-daemon instances and how much it
+// allocates), so that Busy, Kinds, Allocated, Free and Pressure.Inflight
+// answer without a pass over Running. A producer that builds a report
+// entry calls it after setting Running and does not change Running
+// afterwards (an entry whose Running changes must be built and summarized
+// anew); an entry never summarized computes each answer from Running. A
+// sum with extended resources is not cached (Allocated hands out a map
+// its caller may keep).
+func (n *Node) Summarize() {
+	s := nodeSums{ok: true}
+	var cpu, mem, gpus int64
+	for i := range n.Running {
+		in := &n.Running[i]
+		if len(in.Requests.Extended) > 0 {
+			n.sums = nodeSums{}
+			return
+		}
+		if in.Daemon {
+			s.daemons = true
+		} else {
+			s.busy = true
+			s.inflight = validate.Add(s.inflight, in.Instances())
+		}
+		// Allocated's sum (Resources.Add) without extended resources.
+		cpu, mem, gpus = cpu+in.Requests.MilliCPU, mem+in.Requests.Memory, gpus+in.Requests.GPUs
+	}
+	s.allocated = Resources{MilliCPU: cpu, Memory: mem, GPUs: gpus}
+	n.sums = s
+}
+
+// SetSums records what Running adds up to as its producer keeps it, for
+// a producer that tracks the sums as work comes and goes and need not add
+// Running up again (Summarize's answers without its pass): what the
+// instances allocate, whether a non-daemon instance runs (busy), whether a
+// daemon does, and the number of non-daemon instances. The producer
+// vouches for them; an allocation with extended resources is not cached.
+func (n *Node) SetSums(allocated Resources, busy, daemons bool, inflight int) {
+	if allocated.Extended != nil {
+		n.sums = nodeSums{}
+		return
+	}
+	n.sums = nodeSums{ok: true, busy: busy, daemons: daemons, inflight: inflight, allocated: allocated}
+}
+
+// Kinds reports whether the node runs non-daemon work (busy) and whether
+// it runs daemons.
+func (n *Node) Kinds() (busy, daemons bool) {
+	if n.sums.ok {
+		return n.sums.busy, n.sums.daemons
+	}
+	for i := range n.Running {
+		if n.Running[i].Daemon {
+			daemons = true
+		} else {
+			busy = true
+		}
+	}
+	return busy, daemons
 }
 
 // Busy reports whether the node runs at least one non-daemon instance.
 func (n *Node) Busy() bool {
+	if n.sums.ok {
+		return n.sums.busy
+	}
 	for i := range n.Running {
 		if !n.Running[i].Daemon {
 			return true
@@ -69,6 +146,9 @@ func (n *Node) Busy() bool {
 
 // Allocated returns the sum of the requests of every instance on the node.
 func (n *Node) Allocated() Resources {
+	if n.sums.ok {
+		return n.sums.allocated
+	}
 	var sum Resources
 	for i := range n.Running {
 		sum = sum.Add(n.Running[i].Requests)
@@ -107,6 +187,10 @@ func (p *Pressure) Queued() int {
 func (p *Pressure) Inflight() int {
 	n := 0
 	for i := range p.Nodes {
+		if s := &p.Nodes[i].sums; s.ok {
+			n = validate.Add(n, s.inflight)
+			continue
+		}
 		for j := range p.Nodes[i].Running {
 			if in := &p.Nodes[i].Running[j]; !in.Daemon {
 				n = validate.Add(n, in.Instances())

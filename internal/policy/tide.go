@@ -83,9 +83,10 @@ type tideView struct {
 	daemons capacity.Resources
 }
 
-// view counts the nodes in one pass over each node's instances (Busy and
-// tideDaemons at once). A node without daemons leaves daemons as it is:
-// tideMax with a zero vector returns the same (non-negative) maximum.
+// view counts the nodes, each in one look (Kinds: kept by a report whose
+// entries are summarized, else one pass over the node's instances). A node
+// without daemons leaves daemons as it is: tideMax with a zero vector
+// returns the same (non-negative) maximum.
 func (p *tidePolicy) view(in *Input) tideView {
 	v := tideView{nodes: make([]int, 0, len(in.Pressure.Nodes))}
 	for i := range in.Pressure.Nodes {
@@ -95,14 +96,7 @@ func (p *tidePolicy) view(in *Input) tideView {
 		}
 		v.unmarked++
 		v.nodes = append(v.nodes, i)
-		busy, daemons := false, false
-		for j := range n.Running {
-			if n.Running[j].Daemon {
-				daemons = true
-			} else {
-				busy = true
-			}
-		}
+		busy, daemons := n.Kinds()
 		if daemons {
 			v.daemons = tideMax(v.daemons, tideDaemons(n))
 		}

@@ -95,6 +95,10 @@ type Pool struct {
 	// setsVersion counts the changes to current, pending, draining and
 	// busy (addNode, delNode, onAdopt): equal values mean none changed.
 	setsVersion uint64
+	// joinedDraining is the number of draining nodes that have joined
+	// (drainingJoined), kept by addNode and delNode: a pass over every
+	// draining node per count was a twentieth of a large replay.
+	joinedDraining int
 
 	// excessTicks counts the Ticks in a row that found more joined and
 	// booting nodes kept than desired (reset on any step without excess):
@@ -297,7 +301,7 @@ func (p *Pool) onProvisioned(ev Provisioned) {
 		case !got.has(id):
 			got.add(id)
 			if c.open.has(id) {
-				p.addNode(p.pending, id)
+				p.addNode(&p.pending, id)
 			}
 		}
 	}
@@ -330,16 +334,16 @@ func (p *Pool) onJoined(id NodeID) {
 	case p.current.has(id):
 		// A repeated join (reconnect) changes nothing.
 	case p.pending.has(id):
-		p.delNode(p.pending, id)
-		p.addNode(p.current, id)
+		p.delNode(&p.pending, id)
+		p.addNode(&p.current, id)
 	case p.inCall(id):
 		// Joined before the provision call returned: it still counts once.
 		p.call.open.del(id)
-		p.addNode(p.current, id)
+		p.addNode(&p.current, id)
 	case id < 0:
 		p.note(NoteIgnored, fmt.Sprintf("join of invalid node id %d", id))
 	default:
-		p.addNode(p.current, id)
+		p.addNode(&p.current, id)
 		p.note(NoteAdopted, fmt.Sprintf("%s joined without a provision by this pool: adopted", p.nodeText(id)))
 	}
 }
@@ -356,8 +360,8 @@ func (p *Pool) onLost(id NodeID) {
 		p.forget(id)
 		p.note(NoteNodeLost, fmt.Sprintf("%s lost%s: terminating its machine", p.nodeText(id), was))
 	case p.pending.has(id):
-		p.delNode(p.pending, id)
-		p.delNode(p.draining, id)
+		p.delNode(&p.pending, id)
+		p.delNode(&p.draining, id)
 		p.note(NoteNodeLost, fmt.Sprintf("%s lost while booting: terminating its machine", p.nodeText(id)))
 	case p.inCall(id):
 		p.call.open.del(id)
@@ -371,10 +375,10 @@ func (p *Pool) onLost(id NodeID) {
 
 // forget removes a joined node, or a cancelled booting one, from every set.
 func (p *Pool) forget(id NodeID) {
-	p.delNode(p.current, id)
-	p.delNode(p.pending, id)
-	p.delNode(p.draining, id)
-	p.delNode(p.busy, id)
+	p.delNode(&p.current, id)
+	p.delNode(&p.pending, id)
+	p.delNode(&p.draining, id)
+	p.delNode(&p.busy, id)
 	delete(p.marks, id)
 }
 
@@ -384,14 +388,14 @@ func (p *Pool) onBusy(ev NodeBusy) {
 		return
 	}
 	if !ev.Busy {
-		p.delNode(p.busy, ev.ID)
+		p.delNode(&p.busy, ev.ID)
 		return
 	}
-	p.addNode(p.busy, ev.ID)
+	p.addNode(&p.busy, ev.ID)
 	if p.draining.has(ev.ID) {
 		// Work reached the node before dispatch stopped. Rather than wait
 		// for it, put the node back; reconcile picks an idle victim.
-		p.delNode(p.draining, ev.ID)
+		p.delNode(&p.draining, ev.ID)
 		p.emit(AbortDrain{ID: ev.ID})
 		p.note(NoteDrainAborted, fmt.Sprintf("%s became busy while draining: drain aborted", p.nodeText(ev.ID)))
 	}
@@ -408,6 +412,7 @@ func (p *Pool) onDrainComplete(id NodeID) {
 
 func (p *Pool) onAdopt(ev Adopt) {
 	p.current, p.pending, p.draining, p.busy = idSet{}, idSet{}, idSet{}, idSet{}
+	p.joinedDraining = 0
 	p.setsVersion++
 	p.marks = map[NodeID]time.Time{}
 	p.call, p.backoff, p.blocked, p.plan = nil, false, "", cloneLaunch(ev.Launch)
@@ -417,7 +422,7 @@ func (p *Pool) onAdopt(ev Adopt) {
 			bad = append(bad, strconv.Itoa(int(id)))
 			continue
 		}
-		p.addNode(p.current, id)
+		p.addNode(&p.current, id)
 	}
 	for _, id := range ev.Pending {
 		if id < 0 {
@@ -425,12 +430,12 @@ func (p *Pool) onAdopt(ev Adopt) {
 			continue
 		}
 		if !p.current.has(id) {
-			p.addNode(p.pending, id)
+			p.addNode(&p.pending, id)
 		}
 	}
 	for _, id := range ev.Busy {
 		if p.current.has(id) {
-			p.addNode(p.busy, id)
+			p.addNode(&p.busy, id)
 		} else {
 			bad = append(bad, "busy "+strconv.Itoa(int(id)))
 		}
@@ -478,7 +483,11 @@ func (p *Pool) reconcile() {
 }
 
 // drainingJoined counts the draining nodes that have joined.
-func (p *Pool) drainingJoined() int {
+func (p *Pool) drainingJoined() int { return p.joinedDraining }
+
+// countDrainingJoined counts the draining nodes that have joined anew
+// (Restore, and tests that hold joinedDraining to it).
+func (p *Pool) countDrainingJoined() int {
 	n := 0
 	for id := range p.draining {
 		if p.current.has(id) {
@@ -511,7 +520,7 @@ func (p *Pool) abortDrains() {
 	if short := p.desired - p.kept(); short > 0 && len(joined) > 0 {
 		ids := joined[:min(short, len(joined))]
 		for _, id := range ids {
-			p.delNode(p.draining, id)
+			p.delNode(&p.draining, id)
 			p.emit(AbortDrain{ID: id})
 		}
 		p.note(NoteDrainAborted, fmt.Sprintf("desired %d is above the %s kept: drain of %s aborted", p.desired, count(p.kept()-len(ids), "joined node"), p.nodesText(ids)))
@@ -519,7 +528,7 @@ func (p *Pool) abortDrains() {
 	if short := p.desired - p.kept() - p.pendingKept(); short > 0 && len(booting) > 0 {
 		ids := booting[:min(short, len(booting))]
 		for _, id := range ids {
-			p.delNode(p.draining, id)
+			p.delNode(&p.draining, id)
 			p.emit(AbortDrain{ID: id})
 		}
 		p.note(NoteDrainAborted, fmt.Sprintf("desired %d is above the %s and %s kept: cancel of booting %s aborted", p.desired,
@@ -602,7 +611,7 @@ func (p *Pool) planDrains() {
 		}
 	}
 	for _, id := range victims {
-		p.addNode(p.draining, id)
+		p.addNode(&p.draining, id)
 		p.emit(Drain{ID: id})
 	}
 	msg := p.blockedText(excess-len(victims), skipped)
@@ -669,7 +678,7 @@ func (p *Pool) planMarks() {
 		// The marks stay until the node is gone, so an aborted drain is
 		// un-marked by the planner like any other mark.
 		for _, id := range ids {
-			p.addNode(p.draining, id)
+			p.addNode(&p.draining, id)
 			p.emit(Drain{ID: id})
 		}
 	}
@@ -892,10 +901,26 @@ func (s idSet) del(id NodeID) { delete(s, id) }
 
 // addNode and delNode change one of the pool's node sets (current,
 // pending, draining, busy) and count the change in setsVersion.
-func (p *Pool) addNode(s idSet, id NodeID) { s.add(id); p.setsVersion++ }
-func (p *Pool) delNode(s idSet, id NodeID) { s.del(id); p.setsVersion++ }
-func (s idSet) sorted() []NodeID           { return slices.Sorted(maps.Keys(s)) }
-func sortedIDs(ids []NodeID) []NodeID      { return slices.Sorted(slices.Values(ids)) }
+// They keep joinedDraining, the draining nodes that have joined, as the
+// sets change.
+func (p *Pool) addNode(s *idSet, id NodeID) {
+	if !s.has(id) && (s == &p.current && p.draining.has(id) || s == &p.draining && p.current.has(id)) {
+		p.joinedDraining++
+	}
+	s.add(id)
+	p.setsVersion++
+}
+
+func (p *Pool) delNode(s *idSet, id NodeID) {
+	if s.has(id) && (s == &p.current && p.draining.has(id) || s == &p.draining && p.current.has(id)) {
+		p.joinedDraining--
+	}
+	s.del(id)
+	p.setsVersion++
+}
+
+func (s idSet) sorted() []NodeID      { return slices.Sorted(maps.Keys(s)) }
+func sortedIDs(ids []NodeID) []NodeID { return slices.Sorted(slices.Values(ids)) }
 
 // descending yields the ids from the highest down, as ranging over
 // slices.Backward(s.sorted()) does. Ids are ordinals, mostly dense: a

@@ -418,6 +418,9 @@ func (w *world) check() error {
 	if d := p.Desired(); d < spec.Min || d > spec.Max {
 		return fmt.Errorf("desired %d outside [%d, %d]", d, spec.Min, spec.Max)
 	}
+	if got, want := p.drainingJoined(), p.countDrainingJoined(); got != want {
+		return fmt.Errorf("the pool keeps %d draining nodes joined, a count finds %d", got, want)
+	}
 	if p.Effective() != len(w.m)+len(w.call) {
 		return fmt.Errorf("effective %d, world has %d alive + %d in flight", p.Effective(), len(w.m), len(w.call))
 	}

@@ -125,6 +125,7 @@ func Restore(cfg Config, v View) (*Pool, error) {
 		return nil, err
 	}
 	p.desired, p.reason, p.backoff = v.Desired, v.Reason, v.Backoff
+	p.joinedDraining = p.countDrainingJoined()
 	return p, nil
 }
 

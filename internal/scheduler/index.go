@@ -1,9 +1,8 @@
 package scheduler
 
 import (
+	"slices"
 	"time"
-
-	"github.com/google/btree"
 
 	"github.com/tide-project/tide/internal/capacity"
 )
@@ -15,11 +14,12 @@ import (
 // GPU-less request's "GPUs wasted" is the free GPU count itself), then
 // busy before empty, then the rank of the direction of their free CPU and
 // memory for the request, then free room, then ordinal (score.go). The
-// index holds the workers in a B-tree by free GPUs, empty, direction, free
-// room and ordinal; the best fit is found by visiting, from the request's
-// GPUs on, each (empty, direction) class in the request's order, from its
-// first worker with enough room, to the first whose CPU, memory (and
-// extended resources) fit.
+// index holds the workers by free GPUs, empty and direction, each such
+// class in a tree ordered by free room and ordinal (ixForest); the best fit
+// is found by visiting, from the request's GPUs on, each (empty,
+// direction) class in the request's order for its first worker whose CPU,
+// memory (and extended resources) fit, skipping the subtrees whose largest
+// free CPU or largest free memory is too small.
 //
 // It is the caller's mirror of its workers: Set a worker when its free
 // capacity changes or it becomes schedulable, Remove it when it is
@@ -27,8 +27,21 @@ import (
 // workers and the same instances one by one, and keeps the index up to
 // date with what it places. Pure: no I/O, time is an argument.
 type Index struct {
-	tree    *btree.BTreeG[ixKey]
+	tree    ixForest
 	entries map[int]*ixEntry
+	// dense holds every worker's figures for reserveFor's pass, in no
+	// order (ixEntry.pos); ext counts the workers with extended resources,
+	// which take the pass over the tree.
+	dense []ixDense
+	ext   int
+}
+
+// ixDense is what reserveFor reads of a worker, without its maps.
+type ixDense struct {
+	cpu, mem, gpus          int64 // free
+	capCPU, capMem, capGPUs int64
+	ordinal, id             int
+	held                    bool // out of the tree while PlaceGroups holds it
 }
 
 // ixKey is a worker's place in the order.
@@ -43,31 +56,17 @@ type ixKey struct {
 	mem     int64 // free bytes (not part of the order)
 }
 
-func (a ixKey) less(b ixKey) bool {
-	switch {
-	case a.gpus != b.gpus:
-		return a.gpus < b.gpus
-	case a.empty != b.empty:
-		return !a.empty
-	case a.dir != b.dir:
-		return a.dir < b.dir
-	case a.room != b.room:
-		return a.room < b.room
-	case a.ordinal != b.ordinal:
-		return a.ordinal < b.ordinal
-	}
-	return a.id < b.id
-}
-
 type ixEntry struct {
 	key      ixKey
+	pos      int                // in Index.dense
+	ext      bool               // capacity or free has extended resources
 	capacity capacity.Resources // GPUs: the number of indices
 	free     capacity.Resources // GPUs: not exclusively held
 }
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{tree: btree.NewG(16, ixKey.less), entries: map[int]*ixEntry{}}
+	return &Index{tree: newIxForest(), entries: map[int]*ixEntry{}}
 }
 
 // Len returns the number of workers in the index.
@@ -79,13 +78,23 @@ func (x *Index) Len() int { return len(x.entries) }
 func (x *Index) Set(id, ordinal int, capacity, free capacity.Resources) {
 	e := x.entries[id]
 	if e == nil {
-		e = &ixEntry{}
+		e = &ixEntry{pos: len(x.dense)}
 		x.entries[id] = e
+		x.dense = append(x.dense, ixDense{})
 	} else {
 		x.tree.Delete(e.key)
+		if e.ext {
+			x.ext--
+		}
 	}
 	e.capacity, e.free = capacity, free
 	e.key = keyOf(id, ordinal, capacity, free)
+	e.ext = capacity.Extended != nil || free.Extended != nil
+	if e.ext {
+		x.ext++
+	}
+	x.dense[e.pos] = ixDense{cpu: free.MilliCPU, mem: free.Memory, gpus: free.GPUs,
+		capCPU: capacity.MilliCPU, capMem: capacity.Memory, capGPUs: capacity.GPUs, ordinal: ordinal, id: id}
 	x.tree.ReplaceOrInsert(e.key)
 }
 
@@ -101,6 +110,15 @@ func (x *Index) Remove(id int) {
 	if e := x.entries[id]; e != nil {
 		x.tree.Delete(e.key)
 		delete(x.entries, id)
+		if e.ext {
+			x.ext--
+		}
+		last := len(x.dense) - 1
+		if e.pos != last {
+			x.dense[e.pos] = x.dense[last]
+			x.entries[x.dense[e.pos].id].pos = e.pos
+		}
+		x.dense = x.dense[:last]
 	}
 }
 
@@ -119,41 +137,27 @@ func (x *Index) Free(id int) (capacity.Resources, bool) {
 // lowest ordinal. ok is false when no worker fits.
 func (x *Index) Best(req capacity.Resources) (id int, ok bool) {
 	order := directionOrder(direction(req.MilliCPU, req.Memory))
-	minRoom := room(req)
-	level := max(req.GPUs, 0)
-	for {
-		// The lowest GPU level at or above level that holds a worker.
-		found := false
-		x.tree.AscendGreaterOrEqual(ixKey{gpus: level, ordinal: -1 << 62, id: -1 << 62, room: -1 << 62}, func(k ixKey) bool {
-			level, found = k.gpus, true
-			return false
-		})
-		if !found {
-			return 0, false
-		}
-		for _, empty := range [2]bool{false, true} {
+	var extOK func(*ixKey) bool
+	if len(req.Extended) > 0 {
+		cm := cpuMem(req)
+		extOK = func(k *ixKey) bool { return cm.Fits(x.entries[k.id].free) }
+	}
+	// A worker whose CPU and memory fit has at least the request's free
+	// room, so the first that fits in a class's order is the first of
+	// those with enough room that fits, as Place ranks them.
+	f := &x.tree
+	i, _ := slices.BinarySearch(f.levels, max(req.GPUs, 0))
+	for _, level := range f.levels[i:] {
+		lv := f.byGPU[level]
+		for e := range lv.root {
 			for _, d := range order {
-				pivot := ixKey{gpus: level, empty: empty, dir: d, room: minRoom, ordinal: -1 << 62, id: -1 << 62}
-				x.tree.AscendGreaterOrEqual(pivot, func(k ixKey) bool {
-					if k.gpus != level || k.empty != empty || k.dir != d {
-						return false
-					}
-					if k.cpu < req.MilliCPU || k.mem < req.Memory {
-						return true
-					}
-					if len(req.Extended) > 0 && !cpuMem(req).Fits(x.entries[k.id].free) {
-						return true
-					}
-					id, ok = k.id, true
-					return false
-				})
-				if ok {
-					return id, ok
+				if t := f.first(lv.root[e][d], req.MilliCPU, req.Memory, extOK); t != 0 {
+					return f.nodes[t].key.id, true
 				}
 			}
 		}
-		level++
 	}
+	return 0, false
 }
 
 // fitCount returns how many instances of req fit in free (capacity.MaxInt
@@ -272,11 +276,13 @@ func (x *Index) PlaceGroups(src GroupSource, cfg Config, now time.Time, out []Gr
 					res.Reserved, res.ReservedFor = e.key.id, g.ID
 				}
 				x.tree.Delete(e.key)
+				x.dense[e.pos].held = true
 				held = append(held, e)
 			}
 		}
 	}
 	for _, e := range held {
+		x.dense[e.pos].held = false
 		x.tree.ReplaceOrInsert(e.key)
 	}
 	return res
@@ -313,6 +319,14 @@ func (x *Index) runLength(e *ixEntry, req capacity.Resources, fit int) int {
 // among equals (Place looks at workers in the order given, by ordinal in
 // the simulator).
 func (x *Index) reserveFor(req capacity.Resources) *ixEntry {
+	if len(req.Extended) == 0 && x.ext == 0 {
+		return x.reserveForDense(req)
+	}
+	return x.reserveForWalk(req)
+}
+
+// reserveForWalk is reserveFor by a walk over the tree in its order.
+func (x *Index) reserveForWalk(req capacity.Resources) *ixEntry {
 	var best *ixEntry
 	bestDef := 0.0
 	x.tree.Ascend(func(k ixKey) bool {
@@ -327,6 +341,56 @@ func (x *Index) reserveFor(req capacity.Resources) *ixEntry {
 		return true
 	})
 	return best
+}
+
+// reserveForDense is reserveFor's answer for a request and workers
+// without extended resources, from one pass over dense, which holds the
+// same figures without the tree walk and the map look-ups. Dense is in no
+// order, so a tie of shortfall and ordinal goes to the worker first in the
+// tree's order, as the walk in that order finds it.
+func (x *Index) reserveForDense(req capacity.Resources) *ixEntry {
+	frac := func(need, free, total int64) float64 {
+		if need <= free || total <= 0 {
+			return 0
+		}
+		return float64(need-free) / float64(total)
+	}
+	gpus := max(req.GPUs, 0)
+	best := -1
+	bestDef := 0.0
+	for i := range x.dense {
+		w := &x.dense[i]
+		if w.held || req.MilliCPU > w.capCPU || req.Memory > w.capMem || gpus > w.capGPUs {
+			continue
+		}
+		// deficitOf, in its order of additions.
+		d := frac(req.MilliCPU, w.cpu, w.capCPU) + frac(req.Memory, w.mem, w.capMem) + frac(gpus, w.gpus, w.capGPUs)
+		if best < 0 || d < bestDef {
+			best, bestDef = i, d
+			continue
+		}
+		if b := &x.dense[best]; d == bestDef && (w.ordinal < b.ordinal ||
+			w.ordinal == b.ordinal && treeBefore(x.entries[w.id].key, x.entries[b.id].key)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	return x.entries[x.dense[best].id]
+}
+
+// treeBefore reports whether a comes before b in the index's order.
+func treeBefore(a, b ixKey) bool {
+	switch {
+	case a.gpus != b.gpus:
+		return a.gpus < b.gpus
+	case a.empty != b.empty:
+		return !a.empty
+	case a.dir != b.dir:
+		return a.dir < b.dir
+	}
+	return inClass(&a, &b)
 }
 
 // deficitOf is node.deficit for a simple instance: how far free is from

@@ -178,3 +178,109 @@ func BenchmarkIndexPlaceGroups(b *testing.B) {
 	}
 	b.ReportMetric(float64(total)*float64(b.N)/b.Elapsed().Seconds(), "instances/s")
 }
+
+// TestIndexBestMatchesScan: over random Sets and Removes on up to 3,000
+// workers (GPU levels, empty workers, extended resources), Best returns
+// the worker a scan of every worker ranks first: the fewest free GPUs at
+// or above the request's, busy before empty, the request's direction
+// order, the least free room, the lowest ordinal, the lowest id; and the
+// index's order (reserveFor's walk) is that order.
+func TestIndexBestMatchesScan(t *testing.T) {
+	for seed := range uint64(40) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		x := NewIndex()
+		n := 1 + r.IntN(3000)
+		caps := []capacity.Resources{
+			{MilliCPU: 32000, Memory: 128 << 30},
+			{MilliCPU: 64000, Memory: 512 << 30, GPUs: 8},
+			{MilliCPU: 16000, Memory: 64 << 30, GPUs: 2, Extended: map[string]int64{"fpga": 2}},
+		}
+		draw := func(c capacity.Resources) capacity.Resources {
+			if r.IntN(8) == 0 {
+				return c
+			}
+			f := capacity.Resources{MilliCPU: r.Int64N(c.MilliCPU + 1), Memory: r.Int64N(c.Memory + 1), GPUs: r.Int64N(c.GPUs + 1)}
+			if c.Extended != nil {
+				f.Extended = map[string]int64{"fpga": r.Int64N(3)}
+			}
+			return f
+		}
+		for step := range 4000 {
+			id := r.IntN(n)
+			switch r.IntN(6) {
+			case 0:
+				x.Remove(id)
+			default:
+				c := caps[id%len(caps)]
+				x.Set(id, n-id, c, draw(c))
+			}
+			if step%5 != 0 {
+				continue
+			}
+			req := capacity.Resources{MilliCPU: r.Int64N(20000), Memory: r.Int64N(100 << 30)}
+			switch r.IntN(4) {
+			case 0:
+				req.GPUs = r.Int64N(4)
+			case 1:
+				req.Extended = map[string]int64{"fpga": 1}
+			}
+			rank := directionRanks(req)
+			type cand struct {
+				gpus        int64
+				empty       bool
+				rank        int8
+				room        int64
+				ordinal, id int
+			}
+			better := func(a, b cand) bool {
+				switch {
+				case a.gpus != b.gpus:
+					return a.gpus < b.gpus
+				case a.empty != b.empty:
+					return !a.empty
+				case a.rank != b.rank:
+					return a.rank < b.rank
+				case a.room != b.room:
+					return a.room < b.room
+				case a.ordinal != b.ordinal:
+					return a.ordinal < b.ordinal
+				}
+				return a.id < b.id
+			}
+			var best cand
+			found := false
+			for id, e := range x.entries {
+				if e.free.GPUs < req.GPUs || !cpuMem(req).Fits(e.free) {
+					continue
+				}
+				k := e.key
+				c := cand{k.gpus, k.empty, rank[k.dir], k.room, k.ordinal, id}
+				if !found || better(c, best) {
+					best, found = c, true
+				}
+			}
+			got, ok := x.Best(req)
+			if ok != found || (ok && got != best.id) {
+				t.Fatalf("seed %d step %d: Best(%v) = %d, %v; a scan ranks %d, %v first", seed, step, req, got, ok, best.id, found)
+			}
+			// reserveFor's pass over dense picks what the walk in the
+			// tree's order picks (without extended resources).
+			if len(req.Extended) == 0 {
+				if a, b := x.reserveForDense(req), x.reserveForWalk(req); a != b {
+					t.Fatalf("seed %d step %d: reserveFor(%v): dense %+v, walk %+v", seed, step, req, a, b)
+				}
+			}
+		}
+		var keys []ixKey
+		x.tree.Ascend(func(k ixKey) bool { keys = append(keys, k); return true })
+		if len(keys) != x.Len() || x.tree.Len() != x.Len() {
+			t.Fatalf("seed %d: %d keys walked, %d in the tree, %d entries", seed, len(keys), x.tree.Len(), x.Len())
+		}
+		for i := 1; i < len(keys); i++ {
+			a, b := keys[i-1], keys[i]
+			if !(a.gpus < b.gpus || a.gpus == b.gpus && (!a.empty && b.empty || a.empty == b.empty && (a.dir < b.dir || a.dir == b.dir && inClass(&a, &b)))) {
+				t.Fatalf("seed %d: keys out of order at %d: %+v before %+v", seed, i, a, b)
+			}
+		}
+	}
+}

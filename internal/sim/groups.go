@@ -538,6 +538,16 @@ func (e *engine) checkReport() {
 			return
 		}
 		want, got := e.reportNode(n), e.report.Nodes[i]
+		sum := got
+		sum.Summarize()
+		gb, gd := got.Kinds()
+		sb, sd := sum.Kinds()
+		gi := (&capacity.Pressure{Nodes: []capacity.Node{got}}).Inflight()
+		si := (&capacity.Pressure{Nodes: []capacity.Node{sum}}).Inflight()
+		if gb != sb || gd != sd || got.Busy() != sum.Busy() || !got.Allocated().Equal(sum.Allocated()) || gi != si {
+			e.violation("the pressure report's entry %d carries sums (busy %t, daemons %t, %s, %d instances) that its instances do not add up to (%t, %t, %s, %d)",
+				i, gb, gd, got.Allocated(), gi, sb, sd, sum.Allocated(), si)
+		}
 		if got.ID != want.ID || got.Ordinal != want.Ordinal || !got.Resources.Equal(want.Resources) ||
 			!got.IdleSince.Equal(want.IdleSince) || !slices.EqualFunc(got.Running, want.Running, func(a, b capacity.Instance) bool {
 			return a.Requests.Equal(b.Requests) && a.Daemon == b.Daemon && a.Count == b.Count
@@ -575,6 +585,11 @@ func (e *engine) reportNode(n *node) capacity.Node {
 	if !n.busy() {
 		cn.IdleSince = n.idleSince
 	}
+	// The entry carries its sums, so that policies do not add up every
+	// node's entries per evaluation: the node keeps them as work comes
+	// and goes (what runs allocates alloc, ninst instances, no daemons;
+	// check holds them to the entries).
+	cn.SetSums(n.alloc, n.ninst > 0, false, n.ninst)
 	return cn
 }
 
