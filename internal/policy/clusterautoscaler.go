@@ -133,7 +133,7 @@ func (p *clusterAutoscalerPolicy) scaleUp(in *Input, v *peerView, queued int) De
 		}
 		limit := make([]int, len(offs))
 		limit[o] = -1
-		res := binpack.Buy(in.Pressure.Pending, offs, binpack.BuyOptions{Free: v.free, MaxNodes: -1, Limit: limit})
+		res := binpack.Buy(in.Pressure.Pending, offs, binpack.BuyOptions{Free: v.freeSpace(in), MaxNodes: -1, Limit: limit})
 		if res.Nodes == 0 {
 			fitsExisting = fitsExisting && res.UnplacedTotal == 0
 			continue

@@ -14,7 +14,10 @@ type peerView struct {
 	unmarked int // nodes not marked for deletion
 	busy     int // unmarked nodes running non-daemon work
 	marked   int // nodes marked for deletion
-	// free is the free space of each unmarked node, in report order.
+	// nodes are the indexes (into Pressure.Nodes) of the unmarked nodes.
+	nodes []int
+	// free is the free space of each unmarked node, in report order; built
+	// by freeSpace when a purchase needs it (most evaluations buy nothing).
 	free []capacity.Resources
 	// empty are the indexes (into Pressure.Nodes) of the unmarked nodes
 	// running no non-daemon work, with the time each became empty (zero
@@ -26,7 +29,7 @@ type peerView struct {
 }
 
 func newPeerView(in *Input) peerView {
-	var v peerView
+	v := peerView{nodes: make([]int, 0, len(in.Pressure.Nodes))}
 	for i := range in.Pressure.Nodes {
 		n := &in.Pressure.Nodes[i]
 		if !n.MarkedAt.IsZero() {
@@ -34,15 +37,30 @@ func newPeerView(in *Input) peerView {
 			continue
 		}
 		v.unmarked++
-		v.free = append(v.free, n.Free())
-		v.daemons = tideMax(v.daemons, tideDaemons(n))
-		if n.Busy() {
+		v.nodes = append(v.nodes, i)
+		busy, daemons := n.Kinds()
+		if daemons {
+			v.daemons = tideMax(v.daemons, tideDaemons(n))
+		}
+		if busy {
 			v.busy++
 		} else {
 			v.empty = append(v.empty, i)
 		}
 	}
 	return v
+}
+
+// freeSpace returns the free space of each unmarked node, in report order,
+// building it on the first call.
+func (v *peerView) freeSpace(in *Input) []capacity.Resources {
+	if v.free == nil {
+		v.free = make([]capacity.Resources, len(v.nodes))
+		for j, i := range v.nodes {
+			v.free[j] = in.Pressure.Nodes[i].Free()
+		}
+	}
+	return v.free
 }
 
 // emptyFor returns how many empty nodes of v have been empty for at least
@@ -101,6 +119,6 @@ func earliest(a, b time.Time) time.Time {
 // the cheapest mix of new nodes for the rest (binpack.Buy over offs, the
 // offerings out of capacity excluded).
 func buyNew(cfg *Config, in *Input, v *peerView, offs []capacity.Offering, maxNew int) binpack.Purchase {
-	return binpack.Buy(in.Pressure.Pending, offs, binpack.BuyOptions{Free: v.free, MaxNodes: maxNew,
+	return binpack.Buy(in.Pressure.Pending, offs, binpack.BuyOptions{Free: v.freeSpace(in), MaxNodes: maxNew,
 		Limit: tideLimits(cfg.Offerings, in.Unavailable)})
 }
