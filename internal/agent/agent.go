@@ -66,7 +66,9 @@ type Agent struct {
 	// its deadline, fenceAt.
 	lease      lease
 	fenceTimer clock.Timer
-	fenceAt    time.Time
+	fenceAt    time.Duration
+	// mono is the monotonic clock the lease is measured on (monoFor).
+	mono func() time.Duration
 
 	inflight       context.CancelFunc
 	inflightSeq    uint64
@@ -87,9 +89,11 @@ type headResult struct {
 	beat     *api.HeartbeatResponse
 	status   int
 	err      error
-	// sent is when the request was written to the head (when it was
-	// issued, if the write was not seen).
-	sent time.Time
+	// sent and sentWall are when the request was written to the head
+	// (when it was issued, if the write was not seen), on the monotonic
+	// and on the wall clock.
+	sent     time.Duration
+	sentWall time.Time
 }
 
 // Run starts a worker from cfg and runs it until ctx is done: it adopts or
@@ -128,7 +132,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		logs:  newLogSet(filepath.Join(cfg.DataDir, "logs"), cfg.LogSegmentBytes, cfg.LogMaxFiles),
 		ports: newPortPool(cfg.PortMin, cfg.PortMax, cfg.PortLockDir),
 		procs: map[key]*proc{}, events: make(chan any, 64), quit: make(chan struct{}),
-		results: make(chan headResult, 1)}
+		results: make(chan headResult, 1), mono: monoFor(cfg.Clock)}
 	if err := a.recover(); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -293,18 +297,24 @@ func (a *Agent) issue(ctx context.Context) {
 	seq := a.inflightSeq
 	a.inflight = cancel
 	a.wg.Add(1)
-	issued := a.clk.Now()
-	var wrote atomic.Int64 // unix nanoseconds of the clock when the request was written
+	issued, issuedWall := a.mono(), a.clk.Now()
+	var (
+		wroteOnce sync.Once
+		wrote     time.Duration
+		wroteWall time.Time
+		wroteSeen atomic.Bool
+	)
 	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
 		if info.Err == nil {
-			wrote.CompareAndSwap(0, a.clk.Now().UnixNano())
+			wroteOnce.Do(func() { wrote, wroteWall = a.mono(), a.clk.Now(); wroteSeen.Store(true) })
 		}
 	}})
-	sentAt := func() time.Time {
-		if n := wrote.Load(); n != 0 {
-			return time.Unix(0, n)
+	sentAt := func(r headResult) headResult {
+		r.sent, r.sentWall = issued, issuedWall
+		if wroteSeen.Load() {
+			r.sent, r.sentWall = wrote, wroteWall
 		}
-		return issued
+		return r
 	}
 	if !a.registered {
 		a.inflightIsBeat = false
@@ -312,7 +322,7 @@ func (a *Agent) issue(ctx context.Context) {
 			defer a.wg.Done()
 			defer cancel()
 			tok, status, err := a.register(rctx)
-			a.deliver(headResult{seq: seq, register: true, token: tok, status: status, err: err, sent: sentAt()})
+			a.deliver(sentAt(headResult{seq: seq, register: true, token: tok, status: status, err: err}))
 		}()
 		return
 	}
@@ -323,7 +333,7 @@ func (a *Agent) issue(ctx context.Context) {
 		defer a.wg.Done()
 		defer cancel()
 		resp, status, err := a.heartbeat(rctx, &req)
-		a.deliver(headResult{seq: seq, beat: resp, status: status, err: err, sent: sentAt()})
+		a.deliver(sentAt(headResult{seq: seq, beat: resp, status: status, err: err}))
 	}()
 }
 
@@ -349,17 +359,17 @@ func (a *Agent) handleResult(r headResult) {
 		a.log.Info("registered with head", "head", a.cfg.HeadURL, "worker_id", a.workerID)
 	case r.err == nil:
 		a.failures = 0
-		if r.sent.After(a.lease.sent) {
-			a.lease.sent = r.sent
+		if !a.lease.ok || r.sent > a.lease.sent {
+			a.lease.sent, a.lease.sentWall, a.lease.ok = r.sent, r.sentWall, true
 		}
-		if dl, ok := a.lease.deadline(); ok && !a.clk.Now().Before(dl) {
+		if dl, ok := a.lease.deadline(); ok && a.mono() >= dl {
 			// Sent so long ago that the head has surely declared this
 			// worker lost since (the worker was stopped, or the answer
 			// was held up): the answer may list work the head has
 			// requeued. The fence has run; ask again.
 			a.fenceFirst()
-			a.log.Warn("dropping a heartbeat answer that arrived after the fencing lease ran out", "sent", r.sent,
-				"deadline", dl)
+			a.log.Warn("dropping a heartbeat answer that arrived after the fencing lease ran out", "sent", r.sentWall,
+				"late", a.mono()-dl)
 			return
 		}
 		a.lease.terms = r.beat.Lease

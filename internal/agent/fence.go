@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/clock"
 )
 
 // The worker's half of the fencing lease (issue 16; the head's half and
@@ -24,26 +25,37 @@ import (
 // lease terms (an older head, or none answered since this start) fences
 // nothing.
 
+// The lease is measured on a monotonic clock (Agent.mono): a step of the
+// worker's wall clock must not end it (nor extend it).
+
 // lease is what the worker knows of its fencing lease.
 type lease struct {
 	// terms are the head's, from the last successful heartbeat; nil: none.
 	terms *api.WorkerLease
 	// sent is when the last successful heartbeat was sent (its request
-	// written); zero: none since this start.
-	sent time.Time
+	// written), on the monotonic clock; ok says there was one since this
+	// start. sentWall is the same moment on the wall clock, for people.
+	sent     time.Duration
+	ok       bool
+	sentWall time.Time
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// deadline is when the head has surely declared this worker lost; false
-// when the worker has no lease.
-func (l lease) deadline() (time.Time, bool) {
-	if l.terms == nil || l.sent.IsZero() {
-		return time.Time{}, false
+// deadline is when (on the monotonic clock) the head has surely declared
+// this worker lost; false when the worker has no lease.
+func (l lease) deadline() (time.Duration, bool) {
+	if l.terms == nil || !l.ok {
+		return 0, false
 	}
+	return l.sent + l.length(), true
+}
+
+// length is the lease's length after the last successful heartbeat.
+func (l lease) length() time.Duration {
 	t := l.terms
-	return l.sent.Add(seconds(t.PollTimeoutSeconds) + seconds(t.OfflineAfterSeconds) +
-		seconds(t.LivenessIntervalSeconds) + seconds(t.MarginSeconds)), true
+	return seconds(t.PollTimeoutSeconds) + seconds(t.OfflineAfterSeconds) + seconds(t.LivenessIntervalSeconds) +
+		seconds(t.MarginSeconds)
 }
 
 // grace is the grace period the fence stops with: the head's, which its
@@ -59,9 +71,9 @@ func (l lease) grace() time.Duration {
 // ones whose key the head last desired with RequeuedIfLost, once the
 // deadline has passed; none before it. It is a pure function of its
 // arguments; keys come in the order of local.
-func planFence(l lease, now time.Time, desired []api.DesiredInstance, local []localView) []key {
+func planFence(l lease, now time.Duration, desired []api.DesiredInstance, local []localView) []key {
 	dl, ok := l.deadline()
-	if !ok || now.Before(dl) {
+	if !ok || now < dl {
 		return nil
 	}
 	requeued := make(map[key]bool, len(desired))
@@ -80,12 +92,13 @@ func planFence(l lease, now time.Time, desired []api.DesiredInstance, local []lo
 }
 
 // fenceReason is the end reason of a fenced attempt, for a person.
-func (a *Agent) fenceReason(dl time.Time) string {
+func (a *Agent) fenceReason() string {
 	t := a.lease.terms
+	dl := a.lease.sentWall.Add(a.lease.length())
 	return fmt.Sprintf("FENCED: worker %s had not reached the head since %s; by %s (poll timeout %s + offline-after %s + "+
 		"liveness interval %s + margin %s later) the head had surely declared it OFFLINE and requeued this instance, "+
 		"so the worker stopped this attempt before the new one could start",
-		a.workerID, a.lease.sent.UTC().Format(time.RFC3339), dl.UTC().Format(time.RFC3339),
+		a.workerID, a.lease.sentWall.UTC().Format(time.RFC3339), dl.UTC().Format(time.RFC3339),
 		seconds(t.PollTimeoutSeconds), seconds(t.OfflineAfterSeconds), seconds(t.LivenessIntervalSeconds),
 		seconds(t.MarginSeconds))
 }
@@ -95,20 +108,20 @@ func (a *Agent) fenceReason(dl time.Time) string {
 // so a worker resumed after SIGSTOP past its deadline fences before it
 // acts on anything else (a stale answer, a process exit, a retry).
 func (a *Agent) fenceIfDue() bool {
-	now := a.clk.Now()
+	now := a.mono()
 	keys := planFence(a.lease, now, a.lastDesired, a.localViews())
 	if len(keys) == 0 {
 		return false
 	}
 	dl, _ := a.lease.deadline()
-	reason := a.fenceReason(dl)
+	reason := a.fenceReason()
 	a.log.Warn("fencing lease over: the head has surely declared this worker lost; stopping the instances it requeued",
-		"instances", len(keys), "last_heartbeat_sent", a.lease.sent, "deadline", dl, "late", now.Sub(dl))
+		"instances", len(keys), "last_heartbeat_sent", a.lease.sentWall, "late", now-dl)
 	for _, k := range keys {
 		p := a.procs[k]
 		p.rec.Fenced = reason
 		a.note(k.ID, fmt.Sprintf("\n[tide worker %s: attempt %d stopped at %s: %s]\n", a.workerID, k.Attempt,
-			now.UTC().Format(time.RFC3339), reason))
+			a.clk.Now().UTC().Format(time.RFC3339), reason))
 		a.stop(p, a.lease.grace())
 	}
 	return true
@@ -121,12 +134,29 @@ func (a *Agent) armFence() {
 		a.stopFenceTimer()
 		return
 	}
-	if a.fenceTimer != nil && a.fenceAt.Equal(dl) {
+	if a.fenceTimer != nil && a.fenceAt == dl {
 		return
 	}
 	a.stopFenceTimer()
 	a.fenceAt = dl
-	a.fenceTimer = a.clk.NewTimer(max(dl.Sub(a.clk.Now()), 0))
+	a.fenceTimer = a.clk.NewTimer(max(dl-a.mono(), 0))
+}
+
+// elapsedClock is a clock that can tell the time elapsed on a clock that
+// is never stepped (clock.Real: the process's monotonic clock).
+type elapsedClock interface {
+	Elapsed() time.Duration
+}
+
+// monoFor returns the monotonic clock of clk: its Elapsed when it has one,
+// else the time since now on clk itself (a test's fake clock is never
+// stepped behind the test's back).
+func monoFor(clk clock.Clock) func() time.Duration {
+	if e, ok := clk.(elapsedClock); ok {
+		return e.Elapsed
+	}
+	start := clk.Now()
+	return func() time.Duration { return clk.Now().Sub(start) }
 }
 
 func (a *Agent) stopFenceTimer() {

@@ -25,8 +25,8 @@ var testTerms = &api.WorkerLease{PollTimeoutSeconds: 1, OfflineAfterSeconds: 10,
 	MarginSeconds: 2, GracePeriodSeconds: 0.5}
 
 func TestPlanFence(t *testing.T) {
-	l := lease{terms: testTerms, sent: fenceStart}
-	dl := fenceStart.Add(14 * time.Second)
+	l := lease{terms: testTerms, sent: time.Minute, ok: true}
+	dl := time.Minute + 14*time.Second
 	desired := []api.DesiredInstance{
 		{InstanceID: "rerun", Attempt: 2, RequeuedIfLost: true, RestartPolicy: "on-failure"},
 		{InstanceID: "keep", Attempt: 1, RestartPolicy: "never"},
@@ -43,14 +43,14 @@ func TestPlanFence(t *testing.T) {
 	tests := []struct {
 		name string
 		l    lease
-		now  time.Time
+		now  time.Duration
 		want []key
 	}{
-		{"just before the deadline", l, dl.Add(-time.Nanosecond), nil},
+		{"just before the deadline", l, dl - time.Nanosecond, nil},
 		{"at the deadline", l, dl, []key{{"rerun", 2}}},
-		{"long after (a SIGSTOP)", l, dl.Add(time.Hour), []key{{"rerun", 2}}},
-		{"no terms (an older head)", lease{sent: fenceStart}, dl.Add(time.Hour), nil},
-		{"no successful heartbeat yet", lease{terms: testTerms}, dl.Add(time.Hour), nil},
+		{"long after (a SIGSTOP)", l, dl + time.Hour, []key{{"rerun", 2}}},
+		{"no terms (an older head)", lease{sent: time.Minute, ok: true}, dl + time.Hour, nil},
+		{"no successful heartbeat yet", lease{terms: testTerms}, dl + time.Hour, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,7 +65,7 @@ func TestPlanFence(t *testing.T) {
 }
 
 func TestCapRequeuedGrace(t *testing.T) {
-	l := lease{terms: testTerms, sent: fenceStart}
+	l := lease{terms: testTerms, ok: true}
 	prev := []api.DesiredInstance{{InstanceID: "a", Attempt: 1, RequeuedIfLost: true}, {InstanceID: "b", Attempt: 1},
 		{InstanceID: "c", Attempt: 1, RequeuedIfLost: true}}
 	stops := []stopAction{{Key: key{"a", 1}, Grace: 30 * time.Second}, {Key: key{"b", 1}, Grace: 30 * time.Second},
@@ -265,22 +265,21 @@ func TestFenceWaitsForTheLease(t *testing.T) {
 // is acted on and carries the lease's new terms.
 func TestFenceDropsAStaleAnswer(t *testing.T) {
 	clk := clock.NewFake(fenceStart)
-	a := &Agent{cfg: Config{DefaultGracePeriod: time.Second}, log: testLogger(t), clk: clk, workerID: "w1",
-		procs: map[key]*proc{}, lease: lease{terms: testTerms, sent: fenceStart}, lastSeenGen: 7}
+	a := &Agent{cfg: Config{DefaultGracePeriod: time.Second}, log: testLogger(t), clk: clk, mono: monoFor(clk),
+		workerID: "w1", procs: map[key]*proc{}, lease: lease{terms: testTerms, ok: true, sentWall: fenceStart}, lastSeenGen: 7}
 	t.Cleanup(a.stopFenceTimer)
 	stale := &api.HeartbeatResponse{Gen: 8, Lease: testTerms, DesiredInstances: []api.DesiredInstance{
 		{InstanceID: "late", Attempt: 1, Command: "exec sleep 300", ExpectedStatus: "ASSIGNED", RequeuedIfLost: true}}}
 	// Sent at +1 s, its own lease runs out at +15 s: at +15 s the head
 	// has surely declared the worker lost since it gave this answer.
 	clk.Advance(15 * time.Second)
-	a.handleResult(headResult{beat: stale, sent: fenceStart.Add(time.Second)})
+	a.handleResult(headResult{beat: stale, sent: time.Second, sentWall: fenceStart.Add(time.Second)})
 	if a.lastSeenGen != 7 || len(a.lastDesired) != 0 || len(a.procs) != 0 {
 		t.Fatalf("a stale answer was acted on: gen %d, desired %v, procs %d", a.lastSeenGen, a.lastDesired, len(a.procs))
 	}
 	fresh := &api.HeartbeatResponse{Gen: 9, Lease: testTerms}
-	a.handleResult(headResult{beat: fresh, sent: clk.Now()})
-	if a.lastSeenGen != 9 || !a.lease.sent.Equal(clk.Now()) || a.fenceTimer == nil ||
-		!a.fenceAt.Equal(clk.Now().Add(14*time.Second)) {
+	a.handleResult(headResult{beat: fresh, sent: a.mono(), sentWall: clk.Now()})
+	if a.lastSeenGen != 9 || a.lease.sent != 15*time.Second || a.fenceTimer == nil || a.fenceAt != 29*time.Second {
 		t.Fatalf("fresh answer: gen %d, lease sent %v, fence at %v", a.lastSeenGen, a.lease.sent, a.fenceAt)
 	}
 }
@@ -300,4 +299,34 @@ func readAllLog(t *testing.T, dir string) string {
 		b.Write(data)
 	}
 	return b.String()
+}
+
+// wallStepClock is a fake clock whose wall time the test can step without
+// moving its monotonic time (Elapsed), as NTP stepping a machine's clock.
+type wallStepClock struct {
+	*clock.Fake
+	off time.Duration
+}
+
+func (c *wallStepClock) Now() time.Time         { return c.Fake.Now().Add(c.off) }
+func (c *wallStepClock) Elapsed() time.Duration { return c.Fake.Now().Sub(fenceStart) }
+
+// TestFenceIgnoresWallClockSteps: the lease is measured on the monotonic
+// clock, so stepping the worker's wall clock by an hour neither ends it
+// early nor stretches it.
+func TestFenceIgnoresWallClockSteps(t *testing.T) {
+	clk := &wallStepClock{Fake: clock.NewFake(fenceStart)}
+	mono := monoFor(clk)
+	l := lease{terms: testTerms, sent: mono(), ok: true}
+	desired := []api.DesiredInstance{{InstanceID: "rerun", Attempt: 1, RequeuedIfLost: true}}
+	local := []localView{{Key: key{"rerun", 1}, Phase: phaseRunning}}
+	clk.off = time.Hour
+	if got := planFence(l, mono(), desired, local); got != nil {
+		t.Fatalf("a +1 h step of the wall clock fenced %v", got)
+	}
+	clk.off = -time.Hour
+	clk.Advance(14 * time.Second)
+	if got := planFence(l, mono(), desired, local); len(got) != 1 {
+		t.Fatalf("a −1 h step of the wall clock stretched the lease: %v", got)
+	}
 }

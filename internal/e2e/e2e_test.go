@@ -60,6 +60,8 @@ type cluster struct {
 	workers  map[string]*daemon
 	wdirs    map[string]string
 	c        *client.Client
+	// headArgs are extra flags for startHead.
+	headArgs []string
 	mu       sync.Mutex
 	all      []*daemon
 }
@@ -116,9 +118,10 @@ func (cl *cluster) start(name string, args ...string) *daemon {
 
 func (cl *cluster) startHead() {
 	cl.t.Helper()
-	cl.head = cl.start("head", "head", "--port", strconv.Itoa(cl.headPort), "--data-dir", cl.headDir, "--token", token,
+	args := []string{"head", "--port", strconv.Itoa(cl.headPort), "--data-dir", cl.headDir, "--token", token,
 		"--poll-timeout", "1s", "--suspect-after", "11s", "--offline-after", "12s", "--liveness-interval", "250ms",
-		"--scheduler-interval", "500ms", "--grace-period", "2s", "--log-level", "warn")
+		"--scheduler-interval", "500ms", "--grace-period", "2s", "--log-level", "warn"}
+	cl.head = cl.start("head", append(args, cl.headArgs...)...)
 	cl.waitFor(15*time.Second, "head to answer", func() (bool, string) {
 		select {
 		case <-cl.head.done:
