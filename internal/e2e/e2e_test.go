@@ -459,7 +459,9 @@ func workerCrash(t *testing.T, cl *cluster) {
 	cancelAssignedNeverStarted(t, cl)
 
 	for _, id := range victims {
-		cl.waitFor(30*time.Second, "victim "+id+" RUNNING at attempt 2 on another worker", func() (bool, string) {
+		// Offline-after (12 s), then the fencing lease's hold (13.25 s:
+		// poll 1 s + liveness 0.25 s + 2 × margin 5 s + grace 2 s).
+		cl.waitFor(45*time.Second, "victim "+id+" RUNNING at attempt 2 on another worker", func() (bool, string) {
 			in := cl.get(id)
 			return in.Status == "RUNNING" && in.Attempt == 2 && deref(in.AssignedTo) != "w2",
 				fmt.Sprintf("%s attempt %d on %v", in.Status, in.Attempt, deref(in.AssignedTo))

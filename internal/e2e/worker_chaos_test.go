@@ -173,10 +173,10 @@ func (cl *cluster) joins(name string) int {
 //     longer than offline-after, then continued;
 //   - stop-long: the agent stopped for longer than its fencing lease (the
 //     head's poll timeout + offline-after + liveness interval + fence
-//     margin, 18.25 s here), then continued; the victim's instances run
-//     for 40 s at attempt 1, so they still run when the head requeues
-//     them: without the lease, the restart-on-failure ones would run twice
-//     at once.
+//     margin, 18.25 s here), then continued; every instance runs for 40 s
+//     at attempt 1, so the victim's still run when the head requeues them:
+//     without the lease, the restart-on-failure ones not pinned to the
+//     victim would start again on another worker and run twice at once.
 //
 // Every instance must end exactly once, COMPLETED with exit 0 (every job
 // succeeds); no attempt may start twice; the attempt the head recorded
@@ -186,8 +186,9 @@ func (cl *cluster) joins(name string) int {
 // run a second attempt when their worker was lost (that is what the policy
 // asks for): the test counts those, and those whose two attempts both ran
 // to their end. Default: 2 rounds (kill9, freeze); TIDE_CHAOS=N runs N
-// rounds cycling through the five kinds. TIDE_CHAOS_FENCE_MARGIN passes
-// --fence-margin to the head ("-1s" turns the lease off, for comparison).
+// rounds cycling through the five kinds (TIDE_CHAOS_KINDS=a,b picks some).
+// TIDE_CHAOS_FENCE_MARGIN passes --fence-margin to the head ("-1s" turns
+// the lease off, for comparison).
 func TestWorkerChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test")
@@ -197,6 +198,9 @@ func TestWorkerChaos(t *testing.T) {
 	t.Logf("seed %d (TIDE_CHAOS_SEED=%d TIDE_CHAOS=%d replays this run)", seed, seed, rounds)
 	rng := rand.New(rand.NewPCG(seed, 16))
 	kinds := []string{"kill9", "freeze", "stop", "kill9-late", "stop-long"}
+	if k := os.Getenv("TIDE_CHAOS_KINDS"); k != "" {
+		kinds = strings.Split(k, ",")
+	}
 
 	cl := newCluster(t)
 	if m := os.Getenv("TIDE_CHAOS_FENCE_MARGIN"); m != "" {
@@ -228,7 +232,7 @@ func TestWorkerChaos(t *testing.T) {
 			// frozen machine's jobs outlive the freeze.
 			secs := 1 + rng.Float64()*2
 			first := secs
-			if kind == "stop-long" && i < 4 {
+			if kind == "stop-long" {
 				first = 40 // still running when the head requeues it
 			}
 			cmd := fmt.Sprintf(`trap 'echo "term $TIDE_INSTANCE_ID $TIDE_ATTEMPT" >> %[1]s; exit 143' TERM; `+
