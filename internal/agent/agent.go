@@ -11,9 +11,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -62,6 +62,14 @@ type Agent struct {
 	lastSeenGen int64
 	lastDesired []api.DesiredInstance
 
+	// lease is the fencing lease (fence.go); fenceTimer wakes the loop at
+	// its deadline, fenceAt.
+	lease      lease
+	fenceTimer clock.Timer
+	fenceAt    time.Duration
+	// mono is the monotonic clock the lease is measured on (monoFor).
+	mono func() time.Duration
+
 	inflight       context.CancelFunc
 	inflightSeq    uint64
 	inflightIsBeat bool
@@ -81,6 +89,11 @@ type headResult struct {
 	beat     *api.HeartbeatResponse
 	status   int
 	err      error
+	// sent and sentWall are when the request was written to the head
+	// (when it was issued, if the write was not seen), on the monotonic
+	// and on the wall clock.
+	sent     time.Duration
+	sentWall time.Time
 }
 
 // Run starts a worker from cfg and runs it until ctx is done: it adopts or
@@ -119,7 +132,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		logs:  newLogSet(filepath.Join(cfg.DataDir, "logs"), cfg.LogSegmentBytes, cfg.LogMaxFiles),
 		ports: newPortPool(cfg.PortMin, cfg.PortMax, cfg.PortLockDir),
 		procs: map[key]*proc{}, events: make(chan any, 64), quit: make(chan struct{}),
-		results: make(chan headResult, 1)}
+		results: make(chan headResult, 1), mono: monoFor(cfg.Clock)}
 	if err := a.recover(); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -183,19 +196,28 @@ func (a *Agent) loop(ctx context.Context, logAddr net.Addr) {
 		gcC = t.C()
 	}
 	ready := false
+	defer a.stopFenceTimer()
 	for {
+		a.fenceFirst()
 		if a.inflight == nil && a.retry == nil {
 			a.issue(ctx)
 		}
-		var retryC <-chan time.Time
+		var retryC, fenceC <-chan time.Time
 		if a.retry != nil {
 			retryC = a.retry.C()
+		}
+		if a.fenceTimer != nil {
+			fenceC = a.fenceTimer.C()
 		}
 		select {
 		case <-ctx.Done():
 			a.shutdown()
 			return
 		case r := <-a.results:
+			// Fence before anything else: after a SIGSTOP past the
+			// deadline, this answer may be one the head gave before it
+			// declared this worker lost.
+			a.fenceFirst()
 			if r.seq != a.inflightSeq {
 				continue // answer to a request cancelled by a local change
 			}
@@ -214,6 +236,7 @@ func (a *Agent) loop(ctx context.Context, logAddr net.Addr) {
 				}
 			}
 		case ev := <-a.events:
+			a.fenceFirst()
 			changed := a.handleEvent(ev)
 			for more := true; more; {
 				select {
@@ -228,10 +251,25 @@ func (a *Agent) loop(ctx context.Context, logAddr net.Addr) {
 				a.inflight = nil
 			}
 		case <-retryC:
+			a.fenceFirst()
 			a.retry = nil
+		case <-fenceC:
+			a.fenceTimer = nil
+			a.fenceFirst()
 		case <-gcC:
+			a.fenceFirst()
 			a.collectLogs()
 		}
+	}
+}
+
+// fenceFirst runs the fence when its deadline has passed; when it stopped
+// anything, a heartbeat in flight is cancelled and reissued with the new
+// reports (STOPPING), as for any local change.
+func (a *Agent) fenceFirst() {
+	if a.fenceIfDue() && a.inflight != nil && a.inflightIsBeat {
+		a.inflight()
+		a.inflight = nil
 	}
 }
 
@@ -259,13 +297,32 @@ func (a *Agent) issue(ctx context.Context) {
 	seq := a.inflightSeq
 	a.inflight = cancel
 	a.wg.Add(1)
+	issued, issuedWall := a.mono(), a.clk.Now()
+	var (
+		wroteOnce sync.Once
+		wrote     time.Duration
+		wroteWall time.Time
+		wroteSeen atomic.Bool
+	)
+	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			wroteOnce.Do(func() { wrote, wroteWall = a.mono(), a.clk.Now(); wroteSeen.Store(true) })
+		}
+	}})
+	sentAt := func(r headResult) headResult {
+		r.sent, r.sentWall = issued, issuedWall
+		if wroteSeen.Load() {
+			r.sent, r.sentWall = wrote, wroteWall
+		}
+		return r
+	}
 	if !a.registered {
 		a.inflightIsBeat = false
 		go func() {
 			defer a.wg.Done()
 			defer cancel()
 			tok, status, err := a.register(rctx)
-			a.deliver(headResult{seq: seq, register: true, token: tok, status: status, err: err})
+			a.deliver(sentAt(headResult{seq: seq, register: true, token: tok, status: status, err: err}))
 		}()
 		return
 	}
@@ -276,7 +333,7 @@ func (a *Agent) issue(ctx context.Context) {
 		defer a.wg.Done()
 		defer cancel()
 		resp, status, err := a.heartbeat(rctx, &req)
-		a.deliver(headResult{seq: seq, beat: resp, status: status, err: err})
+		a.deliver(sentAt(headResult{seq: seq, beat: resp, status: status, err: err}))
 	}()
 }
 
@@ -302,9 +359,25 @@ func (a *Agent) handleResult(r headResult) {
 		a.log.Info("registered with head", "head", a.cfg.HeadURL, "worker_id", a.workerID)
 	case r.err == nil:
 		a.failures = 0
+		if !a.lease.ok || r.sent > a.lease.sent {
+			a.lease.sent, a.lease.sentWall, a.lease.ok = r.sent, r.sentWall, true
+		}
+		if dl, ok := a.lease.deadline(); ok && a.mono() >= dl {
+			// Sent so long ago that the head has surely declared this
+			// worker lost since (the worker was stopped, or the answer
+			// was held up): the answer may list work the head has
+			// requeued. The fence has run; ask again.
+			a.fenceFirst()
+			a.log.Warn("dropping a heartbeat answer that arrived after the fencing lease ran out", "sent", r.sentWall,
+				"late", a.mono()-dl)
+			return
+		}
+		a.lease.terms = r.beat.Lease
+		prev := a.lastDesired
 		a.lastSeenGen = r.beat.Gen
 		a.lastDesired = r.beat.DesiredInstances
-		a.reconcile(r.beat)
+		a.reconcile(r.beat, prev)
+		a.armFence()
 	case errors.Is(r.err, context.Canceled):
 		// cancelled by a local change or by shutdown: reissue at once
 	case !r.register && r.status == 0 && errors.Is(r.err, context.DeadlineExceeded):
@@ -346,19 +419,13 @@ func (a *Agent) backoff() {
 	a.retry = a.clk.NewTimer(d)
 }
 
-// reconcile applies one heartbeat answer to the local processes.
-func (a *Agent) reconcile(resp *api.HeartbeatResponse) {
-	local := make([]localView, 0, len(a.procs))
-	for _, p := range a.procs {
-		local = append(local, localView{Key: p.key, Phase: p.phase})
-	}
-	sort.Slice(local, func(i, j int) bool {
-		if local[i].Key.ID != local[j].Key.ID {
-			return local[i].Key.ID < local[j].Key.ID
-		}
-		return local[i].Key.Attempt < local[j].Key.Attempt
-	})
-	plan := planReconcile(resp.DesiredInstances, resp.Stopping, local, a.cfg.DefaultGracePeriod)
+// reconcile applies one heartbeat answer to the local processes. prev is
+// the desired set of the answer before: a process it marked RequeuedIfLost
+// that is no longer desired (the head requeued it) stops within the
+// lease's grace period, which the head's hold counts on.
+func (a *Agent) reconcile(resp *api.HeartbeatResponse, prev []api.DesiredInstance) {
+	plan := planReconcile(resp.DesiredInstances, resp.Stopping, a.localViews(), a.cfg.DefaultGracePeriod)
+	plan.Stop = capRequeuedGrace(plan.Stop, prev, resp.Stopping, a.lease)
 	for _, s := range plan.Stop {
 		a.stop(a.procs[s.Key], s.Grace)
 	}
@@ -428,7 +495,7 @@ func (a *Agent) handleEvent(ev any) bool {
 			p.stopTimer = nil
 		}
 		p.phase = phaseExited
-		p.outcome = outcome{Code: ev.code, Stopped: p.rec.Stopped}
+		p.outcome = outcome{Code: ev.code, Stopped: p.rec.Stopped, Fenced: p.rec.Fenced}
 		if p.port > 0 {
 			a.ports.release(p.port)
 			p.port = 0

@@ -50,6 +50,9 @@ type runRecord struct {
 	StartFailed bool `json:"start_failed,omitempty"`
 	// FailureReason says why a process that never started did not.
 	FailureReason string `json:"failure_reason,omitempty"`
+	// Fenced is the reason when the fencing lease stopped the process
+	// (fence.go); it is reported as the attempt's failure reason.
+	Fenced string `json:"fenced,omitempty"`
 }
 
 const (
@@ -480,7 +483,8 @@ func (a *Agent) recoverOne(k key, rec runRecord) *proc {
 		if rec.ExitCode != nil {
 			code = *rec.ExitCode
 		}
-		p.outcome = outcome{Code: code, Stopped: rec.Stopped, StartFailed: rec.StartFailed, Reason: rec.FailureReason}
+		p.outcome = outcome{Code: code, Stopped: rec.Stopped, StartFailed: rec.StartFailed, Reason: rec.FailureReason,
+			Fenced: rec.Fenced}
 		p.port = 0
 		return p
 	case rec.PID > 0 && sameBoot && processAlive(rec.PID, rec.StartTicks):
@@ -507,7 +511,7 @@ func (a *Agent) recoverOne(k key, rec runRecord) *proc {
 			code = a.readExitFile(k)
 		}
 		p.phase = phaseExited
-		p.outcome = outcome{Code: code, Stopped: rec.Stopped}
+		p.outcome = outcome{Code: code, Stopped: rec.Stopped, Fenced: rec.Fenced}
 		p.port = 0
 		p.rec.Phase, p.rec.ExitCode, p.rec.Port = recordExited, &code, 0
 		if err := a.writeRecord(k, &p.rec); err != nil {

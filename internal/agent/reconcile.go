@@ -2,6 +2,7 @@ package agent
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tide-project/tide/internal/api"
@@ -119,6 +120,9 @@ type outcome struct {
 	// Reason says why a process that never started did not; reported as
 	// the instance's failure reason.
 	Reason string
+	// Fenced is the reason when the fencing lease stopped it: reported
+	// FAILED with this reason, whatever its exit code.
+	Fenced string
 }
 
 // reportView is what a heartbeat report needs about one local process.
@@ -154,6 +158,9 @@ func buildReports(local []reportView, lastDesired []api.DesiredInstance) []api.I
 			code := l.Outcome.Code
 			r.ExitCode = &code
 			switch {
+			case l.Outcome.Fenced != "":
+				r.Status = "FAILED"
+				r.FailureReason = l.Outcome.Fenced
 			case l.Outcome.Stopped:
 				r.Status = "CANCELLED"
 			case code == 0 && !l.Outcome.StartFailed:
@@ -181,4 +188,39 @@ func buildReports(local []reportView, lastDesired []api.DesiredInstance) []api.I
 		return int(a.Attempt - b.Attempt)
 	})
 	return out
+}
+
+// capRequeuedGrace caps the grace period of stops of processes the head
+// has requeued (marked RequeuedIfLost in prev, not being cancelled) at the
+// lease's grace period: the head holds the new attempt for that long after
+// the fence's deadline, not for the worker's own default.
+func capRequeuedGrace(stops []stopAction, prev []api.DesiredInstance, stopping []api.StoppingInstance, l lease) []stopAction {
+	if l.terms == nil {
+		return stops
+	}
+	requeued := map[key]bool{}
+	for _, d := range prev {
+		if d.RequeuedIfLost {
+			requeued[key{d.InstanceID, d.Attempt}] = true
+		}
+	}
+	for _, s := range stopping {
+		delete(requeued, key{s.InstanceID, s.Attempt})
+	}
+	for i := range stops {
+		if requeued[stops[i].Key] {
+			stops[i].Grace = min(stops[i].Grace, l.grace())
+		}
+	}
+	return stops
+}
+
+// sortViews orders local views by instance, then attempt.
+func sortViews(local []localView) {
+	slices.SortFunc(local, func(a, b localView) int {
+		if a.Key.ID != b.Key.ID {
+			return strings.Compare(a.Key.ID, b.Key.ID)
+		}
+		return int(a.Key.Attempt - b.Key.Attempt)
+	})
 }

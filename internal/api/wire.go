@@ -77,6 +77,11 @@ type InstanceJSON struct {
 	// "no pool can fit cpu 4: largest offering local-1cpu has 1"; omitted
 	// when empty. Only this field is added to PyLet's shape for it.
 	WaitingReason string `json:"waiting_reason,omitempty"`
+	// NotBefore is when a PENDING instance requeued from an OFFLINE worker
+	// may be placed again: until then that worker's fence may still be
+	// stopping its previous attempt (issue 16). Omitted when nothing holds
+	// it; waiting_reason says why in words.
+	NotBefore *string `json:"not_before,omitempty"`
 }
 
 func strPtr(s string) *string {
@@ -107,6 +112,9 @@ func InstanceFrom(in *store.Instance) InstanceJSON {
 		ResourceRequirements: ResourcesFrom(in.Requests), RestartPolicy: string(in.RestartPolicy),
 		MaxRestarts: in.MaxRestarts, Restarts: in.Restarts, Pool: in.Pool, Daemon: in.Daemon,
 		Restartable: in.Restartable,
+	}
+	if in.Status == store.StatusPending {
+		out.NotBefore = timePtr(in.NotBefore)
 	}
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
@@ -201,6 +209,30 @@ type DesiredInstance struct {
 	Env            map[string]string `json:"env"`
 	Venv           *string           `json:"venv"`
 	ExpectedStatus string            `json:"expected_status"`
+	// RestartPolicy and RequeuedIfLost are tide's extensions (PyLet
+	// workers ignore them): RequeuedIfLost says the head would run this
+	// instance again elsewhere if it declared the worker OFFLINE, so the
+	// worker's fence stops it once the lease has run out (HeartbeatResponse.Lease).
+	RestartPolicy  string `json:"restart_policy,omitempty"`
+	RequeuedIfLost bool   `json:"requeued_if_lost,omitempty"`
+}
+
+// WorkerLease is tide's extension of the heartbeat answer: what a worker
+// needs to know when the head has surely declared it lost (issue 16). A
+// worker whose last successful heartbeat was sent at T counts the head as
+// having given up on it at T + PollTimeout + OfflineAfter +
+// LivenessInterval + Margin (PollTimeout: the head may have heard one more
+// heartbeat, sent when T's answer came, whose answer was lost); then it
+// stops the instances marked RequeuedIfLost (SIGTERM, GracePeriod,
+// SIGKILL). The head holds each instance it requeued from an OFFLINE worker
+// out of scheduling until that fence is over. Absent from older heads:
+// such a worker fences nothing.
+type WorkerLease struct {
+	PollTimeoutSeconds      float64 `json:"poll_timeout_seconds"`
+	OfflineAfterSeconds     float64 `json:"offline_after_seconds"`
+	LivenessIntervalSeconds float64 `json:"liveness_interval_seconds"`
+	MarginSeconds           float64 `json:"margin_seconds"`
+	GracePeriodSeconds      float64 `json:"grace_period_seconds"`
 }
 
 // StoppingInstance is tide's extension: an instance being cancelled, with
@@ -216,6 +248,8 @@ type HeartbeatResponse struct {
 	Gen              int64              `json:"gen"`
 	DesiredInstances []DesiredInstance  `json:"desired_instances"`
 	Stopping         []StoppingInstance `json:"stopping,omitempty"`
+	// Lease is tide's extension: the fencing lease's terms (WorkerLease).
+	Lease *WorkerLease `json:"lease,omitempty"`
 }
 
 // LogChunk is the worker log server's answer, relayed by the head.

@@ -141,6 +141,7 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 	f.DurationVar(&cfg.SuspectAfter, "suspect-after", 75*time.Second, "silence after which a worker is SUSPECT (poll timeout + 10s at least)")
 	f.DurationVar(&cfg.OfflineAfter, "offline-after", 120*time.Second, "silence after which a worker is OFFLINE and its instances UNKNOWN or requeued")
 	f.DurationVar(&cfg.LivenessInterval, "liveness-interval", 5*time.Second, "how often worker liveness is checked")
+	f.DurationVar(&cfg.FenceMargin, "fence-margin", 5*time.Second, "safety margin of the fencing lease: a worker cut off from the head stops its restartable instances once its last heartbeat + poll timeout + offline-after + liveness interval + this margin has passed, and the head holds their re-run until then (+ grace period + margin); negative turns the lease off")
 	f.DurationVar(&cfg.SchedulerInterval, "scheduler-interval", 2*time.Second, "scheduling pass period when nothing changes")
 	f.DurationVar(&cfg.DefaultGracePeriod, "grace-period", 30*time.Second, "default SIGTERM→SIGKILL grace period of a cancel")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

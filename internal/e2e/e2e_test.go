@@ -60,6 +60,8 @@ type cluster struct {
 	workers  map[string]*daemon
 	wdirs    map[string]string
 	c        *client.Client
+	// headArgs are extra flags for startHead.
+	headArgs []string
 	mu       sync.Mutex
 	all      []*daemon
 }
@@ -116,9 +118,10 @@ func (cl *cluster) start(name string, args ...string) *daemon {
 
 func (cl *cluster) startHead() {
 	cl.t.Helper()
-	cl.head = cl.start("head", "head", "--port", strconv.Itoa(cl.headPort), "--data-dir", cl.headDir, "--token", token,
+	args := []string{"head", "--port", strconv.Itoa(cl.headPort), "--data-dir", cl.headDir, "--token", token,
 		"--poll-timeout", "1s", "--suspect-after", "11s", "--offline-after", "12s", "--liveness-interval", "250ms",
-		"--scheduler-interval", "500ms", "--grace-period", "2s", "--log-level", "warn")
+		"--scheduler-interval", "500ms", "--grace-period", "2s", "--log-level", "warn"}
+	cl.head = cl.start("head", append(args, cl.headArgs...)...)
 	cl.waitFor(15*time.Second, "head to answer", func() (bool, string) {
 		select {
 		case <-cl.head.done:
@@ -456,7 +459,9 @@ func workerCrash(t *testing.T, cl *cluster) {
 	cancelAssignedNeverStarted(t, cl)
 
 	for _, id := range victims {
-		cl.waitFor(30*time.Second, "victim "+id+" RUNNING at attempt 2 on another worker", func() (bool, string) {
+		// Offline-after (12 s), then the fencing lease's hold (13.25 s:
+		// poll 1 s + liveness 0.25 s + 2 × margin 5 s + grace 2 s).
+		cl.waitFor(45*time.Second, "victim "+id+" RUNNING at attempt 2 on another worker", func() (bool, string) {
 			in := cl.get(id)
 			return in.Status == "RUNNING" && in.Attempt == 2 && deref(in.AssignedTo) != "w2",
 				fmt.Sprintf("%s attempt %d on %v", in.Status, in.Attempt, deref(in.AssignedTo))

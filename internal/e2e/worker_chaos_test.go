@@ -28,9 +28,43 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	return s[max(0, min(len(s)-1, i-1))]
 }
 
-// runLog is a file the chaos instances append "start|end <id> <attempt>"
-// lines to.
+// runLog is a file the chaos instances append "start|end|term <id>
+// <attempt>" lines to (term: the attempt was stopped with SIGTERM).
 type runLog map[string]map[int64]map[string]int // id → attempt → event → count
+
+// overlaps reads the run log in the order its lines were appended (the
+// order the instances' shells wrote them) and returns, per instance, how
+// many attempts started while another attempt of the same instance had
+// started and not yet ended or been stopped: the instance ran twice at
+// once.
+func overlaps(t *testing.T, path string) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	live := map[string]map[string]bool{} // id → attempts started, not ended
+	out := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		if live[f[1]] == nil {
+			live[f[1]] = map[string]bool{}
+		}
+		switch f[0] {
+		case "start":
+			if len(live[f[1]]) > 0 {
+				out[f[1]]++
+			}
+			live[f[1]][f[2]] = true
+		case "end", "term":
+			delete(live[f[1]], f[2])
+		}
+	}
+	return out
+}
 
 func readRunLog(t *testing.T, path string) runLog {
 	t.Helper()
@@ -77,11 +111,13 @@ func (cl *cluster) stopTree(name string, sig syscall.Signal, machine bool) {
 // checkEndedOnce checks that every instance of ids ended once, COMPLETED
 // with exit 0; that no attempt started or ended twice; that the attempt the
 // head recorded ended exactly once; and that a restart-"never" instance ran
-// exactly once. It returns how many instances ran more than one attempt.
-func checkEndedOnce(t *testing.T, cl *cluster, runs string, ids []string, policy map[string]string, what string) int {
+// exactly once. It returns how many instances ran more than one attempt,
+// how many ran two attempts to their end, and how many ran two attempts at
+// once (overlaps).
+func checkEndedOnce(t *testing.T, cl *cluster, runs string, ids []string, policy map[string]string, what string) (rerun, ranTwice, twiceAtOnce int) {
 	t.Helper()
 	log := readRunLog(t, runs)
-	rerun := 0
+	over := overlaps(t, runs)
 	for _, id := range ids {
 		in := cl.get(id)
 		if in.Status != "COMPLETED" || in.ExitCode == nil || *in.ExitCode != 0 {
@@ -103,8 +139,19 @@ func checkEndedOnce(t *testing.T, cl *cluster, runs string, ids []string, policy
 		if len(log[id]) > 1 {
 			rerun++
 		}
+		ends := 0
+		for _, ev := range log[id] {
+			ends += ev["end"]
+		}
+		if ends > 1 {
+			ranTwice++
+		}
+		if over[id] > 0 {
+			twiceAtOnce++
+			t.Logf("%s: %s ran two attempts at once: %v", what, id, log[id])
+		}
 	}
-	return rerun
+	return rerun, ranTwice, twiceAtOnce
 }
 
 // joins counts the times a worker's log says it joined the head.
@@ -123,15 +170,25 @@ func (cl *cluster) joins(name string) int {
 //   - stop: stopped with SIGSTOP (the agent, its instances keep running)
 //     for longer than offline-after, then continued,
 //   - freeze: the agent and its instances stopped (a frozen machine) for
-//     longer than offline-after, then continued.
+//     longer than offline-after, then continued;
+//   - stop-long: the agent stopped for longer than its fencing lease (the
+//     head's poll timeout + offline-after + liveness interval + fence
+//     margin, 18.25 s here), then continued; every instance runs for 40 s
+//     at attempt 1, so the victim's still run when the head requeues them:
+//     without the lease, the restart-on-failure ones not pinned to the
+//     victim would start again on another worker and run twice at once.
 //
 // Every instance must end exactly once, COMPLETED with exit 0 (every job
 // succeeds); no attempt may start twice; the attempt the head recorded
 // must have ended exactly once; a "never" instance must run exactly once;
-// an UNKNOWN instance must say why. Instances with restart on-failure may
+// an UNKNOWN instance must say why; no instance may run two attempts at
+// once (issue 16's fencing lease). Instances with restart on-failure may
 // run a second attempt when their worker was lost (that is what the policy
-// asks for): the test counts those. Default: 2 rounds (kill9, freeze);
-// TIDE_CHAOS=N runs N rounds cycling through the four kinds.
+// asks for): the test counts those, and those whose two attempts both ran
+// to their end. Default: 2 rounds (kill9, freeze); TIDE_CHAOS=N runs N
+// rounds cycling through the five kinds (TIDE_CHAOS_KINDS=a,b picks some).
+// TIDE_CHAOS_FENCE_MARGIN passes --fence-margin to the head ("-1s" turns
+// the lease off, for comparison).
 func TestWorkerChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test")
@@ -140,9 +197,16 @@ func TestWorkerChaos(t *testing.T) {
 	seed := chaostest.Seed(t)
 	t.Logf("seed %d (TIDE_CHAOS_SEED=%d TIDE_CHAOS=%d replays this run)", seed, seed, rounds)
 	rng := rand.New(rand.NewPCG(seed, 16))
-	kinds := []string{"kill9", "freeze", "stop", "kill9-late"}
+	kinds := []string{"kill9", "freeze", "stop", "kill9-late", "stop-long"}
+	if k := os.Getenv("TIDE_CHAOS_KINDS"); k != "" {
+		kinds = strings.Split(k, ",")
+	}
 
 	cl := newCluster(t)
+	if m := os.Getenv("TIDE_CHAOS_FENCE_MARGIN"); m != "" {
+		cl.headArgs = append(cl.headArgs, "--fence-margin", m)
+		t.Logf("head --fence-margin %s", m)
+	}
 	cl.startHead()
 	names := []string{"w1", "w2", "w3"}
 	for i, n := range names {
@@ -151,7 +215,8 @@ func TestWorkerChaos(t *testing.T) {
 	ctx := context.Background()
 	runs := filepath.Join(cl.dir, "chaos-runs.log")
 	recovery := map[string][]time.Duration{}
-	var total, rerun, unknownSeen int
+	var total, rerun, ranTwice, twiceAtOnce, unknownSeen int
+	perKind := map[string][3]int{} // kind → rerun, ran twice, twice at once
 	for r := range rounds {
 		kind := kinds[r%len(kinds)]
 		phase := fmt.Sprintf("chaos%d", r)
@@ -166,8 +231,14 @@ func TestWorkerChaos(t *testing.T) {
 			// Jobs long enough to be running when the fault hits; a
 			// frozen machine's jobs outlive the freeze.
 			secs := 1 + rng.Float64()*2
-			cmd := fmt.Sprintf(`echo "start $TIDE_INSTANCE_ID $TIDE_ATTEMPT" >> %s; sleep %.2f; echo "end $TIDE_INSTANCE_ID $TIDE_ATTEMPT" >> %s`,
-				runs, secs, runs)
+			first := secs
+			if kind == "stop-long" {
+				first = 40 // still running when the head requeues it
+			}
+			cmd := fmt.Sprintf(`trap 'echo "term $TIDE_INSTANCE_ID $TIDE_ATTEMPT" >> %[1]s; exit 143' TERM; `+
+				`echo "start $TIDE_INSTANCE_ID $TIDE_ATTEMPT" >> %[1]s; `+
+				`if [ "$TIDE_ATTEMPT" = 1 ]; then sleep %.2[2]f & else sleep %.2[3]f & fi; wait $!; `+
+				`echo "end $TIDE_INSTANCE_ID $TIDE_ATTEMPT" >> %[1]s`, runs, first, secs)
 			s := spec{cmd: cmd, cpu: 0.5, restart: restart, labels: map[string]string{"phase": phase}}
 			if i < 4 {
 				s.target = victim // the fault must hit some
@@ -210,9 +281,10 @@ func TestWorkerChaos(t *testing.T) {
 			})
 			faultEnd = time.Now()
 			cl.startWorker(victim, 25000+100*slices.Index(names, victim))
-		case "stop", "freeze":
+		case "stop", "freeze", "stop-long":
 			machine := kind == "freeze"
 			cl.stopTree(victim, syscall.SIGSTOP, machine)
+			stopped := time.Now()
 			cl.waitFor(30*time.Second, victim+" OFFLINE", func() (bool, string) {
 				w, err := cl.c.Worker(ctx, victim)
 				return err == nil && w.Status == "OFFLINE", fmt.Sprint(w, err)
@@ -227,6 +299,12 @@ func TestWorkerChaos(t *testing.T) {
 						t.Errorf("round %d: %s is UNKNOWN with no reason", r, id)
 					}
 				}
+			}
+			if kind == "stop-long" {
+				// Past the lease: 1 s poll + 12 s offline-after + 0.25 s
+				// liveness + the 5 s margin after the last successful
+				// heartbeat, which was sent before the stop.
+				time.Sleep(time.Until(stopped.Add(19500 * time.Millisecond)))
 			}
 			cl.stopTree(victim, syscall.SIGCONT, machine)
 			faultEnd = time.Now()
@@ -270,7 +348,10 @@ func TestWorkerChaos(t *testing.T) {
 			}
 			return true, ""
 		})
-		rerun += checkEndedOnce(t, cl, runs, ids, policy, fmt.Sprintf("round %d (%s on %s)", r, kind, victim))
+		re, twice, atOnce := checkEndedOnce(t, cl, runs, ids, policy, fmt.Sprintf("round %d (%s on %s)", r, kind, victim))
+		rerun, ranTwice, twiceAtOnce = rerun+re, ranTwice+twice, twiceAtOnce+atOnce
+		k := perKind[kind]
+		perKind[kind] = [3]int{k[0] + re, k[1] + twice, k[2] + atOnce}
 		if t.Failed() {
 			t.Fatalf("round %d (%s, victim %s) failed; seed %d", r, kind, victim, seed)
 		}
@@ -281,6 +362,16 @@ func TestWorkerChaos(t *testing.T) {
 				percentile(d, 50).Round(time.Millisecond), percentile(d, 99).Round(time.Millisecond))
 		}
 	}
-	t.Logf("%d rounds, %d instances: 0 lost, 0 ended twice; %d on-failure instances re-ran after their worker was lost; %d UNKNOWN seen, each with a reason",
-		rounds, total, rerun, unknownSeen)
+	for _, k := range kinds {
+		if c, ok := perKind[k]; ok {
+			t.Logf("%s: %d on-failure instances re-ran, %d ran two attempts to their end, %d ran two attempts at once", k,
+				c[0], c[1], c[2])
+		}
+	}
+	t.Logf("%d rounds, %d instances: 0 lost, 0 ended twice; %d on-failure instances re-ran after their worker was lost "+
+		"(%d ran two attempts to their end, %d ran two attempts at once); %d UNKNOWN seen, each with a reason",
+		rounds, total, rerun, ranTwice, twiceAtOnce, unknownSeen)
+	if twiceAtOnce > 0 && os.Getenv("TIDE_CHAOS_FENCE_MARGIN") == "" {
+		t.Errorf("%d instances ran two attempts at once", twiceAtOnce)
+	}
 }

@@ -152,7 +152,7 @@ func TestClockJumps(t *testing.T) {
 			}
 			return true, ""
 		})
-		rerun := checkEndedOnce(t, cl, runs, ids, policy, st.name)
+		rerun, _, _ := checkEndedOnce(t, cl, runs, ids, policy, st.name)
 		t.Logf("%s: %d instances ended once, COMPLETED; workers seen OFFLINE %d, instances seen UNKNOWN %d, re-run %d",
 			st.name, len(ids), len(offline), len(unknown), rerun)
 		if len(offline) > 0 || len(unknown) > 0 || rerun > 0 {

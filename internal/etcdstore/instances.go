@@ -613,7 +613,8 @@ func (s *Store) Assign(ctx context.Context, as []store.Assignment, now time.Time
 				if err != nil {
 					return fmt.Errorf("assign %s to %s: %w", a.InstanceID, a.Worker, err)
 				}
-				if old == nil || old.Status != store.StatusPending || old.Attempt != a.Attempt || !old.CancelRequestedAt.IsZero() {
+				if old == nil || old.Status != store.StatusPending || old.Attempt != a.Attempt || !old.CancelRequestedAt.IsZero() ||
+					old.NotBefore.After(now) {
 					continue
 				}
 				w, ok := workers[a.Worker]
@@ -638,6 +639,7 @@ func (s *Store) Assign(ctx context.Context, as []store.Assignment, now time.Time
 				in.Port, in.Endpoint, in.ExitCode, in.FailureReason = nil, "", nil, ""
 				in.StartedAt, in.EndedAt = time.Time{}, time.Time{}
 				in.GPUIndices = nil
+				in.NotBefore, in.HeldBy = time.Time{}, ""
 				if len(a.GPUIndices) > 0 {
 					in.GPUIndices = slices.Sorted(slices.Values(a.GPUIndices))
 				}

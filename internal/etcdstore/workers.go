@@ -219,7 +219,8 @@ func (s *Store) MarkSuspect(ctx context.Context, cutoff time.Time) (int, error) 
 
 // lost moves the active instances (in allowed) of a lost worker on, as the
 // SQLite store's lostSQL does.
-func (t *txn) lost(worker string, allowed func(store.Status) bool, elseStatus store.Status, reason string, now time.Time) error {
+func (t *txn) lost(worker string, allowed func(store.Status) bool, elseStatus store.Status, reason string, now time.Time,
+	hold time.Duration) error {
 	ids, err := t.placedIDs(worker)
 	if err != nil {
 		return err
@@ -253,6 +254,9 @@ func (t *txn) lost(worker string, allowed func(store.Status) bool, elseStatus st
 			in.Restarts++
 			in.QueuedAt = now
 			in.AssignedWorker = ""
+			if hold > 0 {
+				in.NotBefore, in.HeldBy = now.Add(hold), worker
+			}
 		}
 		if cancelled || (!re && elseStatus == store.StatusFailed) {
 			in.EndedAt = now
@@ -270,8 +274,9 @@ func assignedOrRunning(st store.Status) bool {
 
 // MarkOffline moves workers whose last heartbeat is before cutoff to
 // OFFLINE, each in one transaction with its instances, as the SQLite
-// store's MarkOffline does. It returns the workers that went offline.
-func (s *Store) MarkOffline(ctx context.Context, cutoff, now time.Time) ([]string, error) {
+// store's MarkOffline does (requeued instances held for hold). It returns
+// the workers that went offline.
+func (s *Store) MarkOffline(ctx context.Context, cutoff, now time.Time, hold time.Duration) ([]string, error) {
 	ws, err := s.ListWorkers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("mark offline: %w", err)
@@ -294,7 +299,7 @@ func (s *Store) MarkOffline(ctx context.Context, cutoff, now time.Time) ([]strin
 				return err
 			}
 			changed = true
-			return t.lost(w.ID, assignedOrRunning, store.StatusUnknown, store.ReasonWorkerOffline, now.UTC())
+			return t.lost(w.ID, assignedOrRunning, store.StatusUnknown, store.ReasonWorkerOffline, now.UTC(), hold)
 		})
 		if err != nil {
 			return ids, err
@@ -321,7 +326,7 @@ func (t *txn) deleteWorker(id string, now time.Time) error {
 	}
 	t.del(t.s.kWorker(id))
 	t.del(t.s.kCordon(id))
-	return t.lost(id, store.Status.Active, store.StatusFailed, store.ReasonWorkerDeleted, now.UTC())
+	return t.lost(id, store.Status.Active, store.StatusFailed, store.ReasonWorkerDeleted, now.UTC(), 0)
 }
 
 // DeleteWorker removes an OFFLINE worker. Its remaining instances become
@@ -411,7 +416,8 @@ func (s *Store) DesiredFor(ctx context.Context, worker string) (store.DesiredSta
 			continue
 		}
 		ds.Instances = append(ds.Instances, store.Desired{InstanceID: in.ID, Attempt: in.Attempt, Command: in.Command,
-			GPUIndices: in.GPUIndices, Env: in.Env, Venv: in.Venv, ExpectedStatus: in.Status})
+			GPUIndices: in.GPUIndices, Env: in.Env, Venv: in.Venv, ExpectedStatus: in.Status,
+			RestartPolicy: in.RestartPolicy, RequeuedIfLost: assignedOrRunning(in.Status) && restart(in, true)})
 	}
 	return ds, nil
 }
@@ -481,7 +487,8 @@ func (s *Store) SchedulingState(ctx context.Context) (*store.SchedulingState, er
 		}
 		si := store.SchedInstance{ID: in.ID, Status: in.Status, Attempt: in.Attempt, Worker: in.AssignedWorker,
 			Pool: in.Pool, Requests: in.Requests, Exclusive: in.Exclusive, Daemon: in.Daemon,
-			TargetWorker: in.TargetWorker, RequestedGPUIndices: in.RequestedGPUIndices, QueuedAt: in.QueuedAt}
+			TargetWorker: in.TargetWorker, RequestedGPUIndices: in.RequestedGPUIndices, QueuedAt: in.QueuedAt,
+			NotBefore: in.NotBefore, HeldBy: in.HeldBy}
 		if pending {
 			st.Pending = append(st.Pending, si)
 		} else {

@@ -380,7 +380,8 @@ func (h *Head) desiredResponse(ds store.DesiredState) *api.HeartbeatResponse {
 	out := &api.HeartbeatResponse{Gen: h.WireGen(ds.Generation), DesiredInstances: make([]api.DesiredInstance, 0, len(ds.Instances))}
 	for _, d := range ds.Instances {
 		di := api.DesiredInstance{InstanceID: d.InstanceID, Attempt: d.Attempt, Command: d.Command,
-			GPUIndices: d.GPUIndices, Env: d.Env, ExpectedStatus: string(d.ExpectedStatus)}
+			GPUIndices: d.GPUIndices, Env: d.Env, ExpectedStatus: string(d.ExpectedStatus),
+			RestartPolicy: string(d.RestartPolicy), RequeuedIfLost: d.RequeuedIfLost && h.leaseOn()}
 		if di.GPUIndices == nil {
 			di.GPUIndices = []int{}
 		}
@@ -397,6 +398,7 @@ func (h *Head) desiredResponse(ds store.DesiredState) *api.HeartbeatResponse {
 		out.Stopping = append(out.Stopping, api.StoppingInstance{InstanceID: s.InstanceID, Attempt: s.Attempt,
 			GracePeriodSeconds: s.GracePeriod.Seconds()})
 	}
+	out.Lease = h.lease()
 	return out
 }
 

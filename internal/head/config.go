@@ -65,6 +65,18 @@ type Config struct {
 	OfflineAfter time.Duration
 	// LivenessInterval is the liveness check period; 5s.
 	LivenessInterval time.Duration
+	// FenceMargin is the safety margin of the fencing lease (issue 16,
+	// fence.go): a worker cut off from the head stops its instances that
+	// the head requeues (restart on-failure or always) once its last
+	// successful heartbeat's send time + PollTimeout + OfflineAfter +
+	// LivenessInterval + FenceMargin has passed, and the head holds each
+	// instance it requeued from an OFFLINE worker out of scheduling for
+	// PollTimeout + LivenessInterval + 2 × FenceMargin + DefaultGracePeriod
+	// after declaring it OFFLINE, so the old attempt is gone before a new
+	// one starts. It absorbs network delay and clock-rate differences. 5s
+	// when zero; negative turns the lease off (workers keep running their
+	// instances; requeued ones are placed at once and may run twice).
+	FenceMargin time.Duration
 	// SchedulerInterval is the period of a scheduling pass when nothing
 	// pokes the scheduler; 2s.
 	SchedulerInterval time.Duration
@@ -161,6 +173,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	def(&cfg.SuspectAfter, 75*time.Second)
 	def(&cfg.OfflineAfter, 120*time.Second)
 	def(&cfg.LivenessInterval, 5*time.Second)
+	def(&cfg.FenceMargin, 5*time.Second)
 	def(&cfg.SchedulerInterval, 2*time.Second)
 	def(&cfg.DefaultGracePeriod, 30*time.Second)
 	def(&cfg.MaxGracePeriod, 300*time.Second)

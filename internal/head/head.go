@@ -279,6 +279,10 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 			out[i] = scheduler.Instance{ID: s.ID, Attempt: s.Attempt, Pool: s.Pool, Requests: s.Requests,
 				Exclusive: s.Exclusive, Daemon: s.Daemon, TargetWorker: s.TargetWorker, GPUIndices: gpus,
 				Worker: s.Worker, QueuedAt: s.QueuedAt}
+			if s.Status == store.StatusPending {
+				out[i].NotBefore = s.NotBefore
+				out[i].Held = heldReason(s.NotBefore, s.HeldBy, s.Attempt, now)
+			}
 			if s.Status == store.StatusPending && len(prefer) > 0 {
 				out[i].PreferWorker = prefer[s.ID]
 			}

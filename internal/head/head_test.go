@@ -468,6 +468,8 @@ func TestOfflineRescheduleAndFencing(t *testing.T) {
 	// Re-target is by name; the instance was pinned to w1, so re-submit
 	// style placement needs w1 back. Move the pin: w1 re-registers.
 	tok1 = e.register("w1", 0)
+	// Held while w1's fence may still be stopping attempt 1 (fence_test.go).
+	e.clk.Advance(e.h.fenceHold())
 	e.schedule()
 	if in := e.instance(retry); in.Status != "ASSIGNED" || in.Attempt != 2 {
 		t.Fatalf("rescheduled: %+v", in)

@@ -121,7 +121,9 @@ func (l *liveness) forget(ws []*store.Worker) {
 
 // CheckLiveness runs one liveness pass: ONLINE workers silent for
 // SuspectAfter become SUSPECT, workers silent for OfflineAfter become
-// OFFLINE with their instances UNKNOWN or requeued. Silence is measured on
+// OFFLINE with their instances UNKNOWN or requeued (held out of scheduling
+// for fenceHold, while the lost worker's fence stops the old attempts).
+// Silence is measured on
 // the monotonic clock (see liveness), so a step of the head's wall clock
 // marks no worker.
 func (h *Head) CheckLiveness(ctx context.Context) error {
@@ -141,7 +143,7 @@ func (h *Head) CheckLiveness(ctx context.Context) error {
 	if !any {
 		return nil
 	}
-	ids, err := h.st.MarkOffline(ctx, cutoff, h.clk.Now())
+	ids, err := h.st.MarkOffline(ctx, cutoff, h.clk.Now(), h.fenceHold())
 	if err != nil {
 		return err
 	}

@@ -265,6 +265,9 @@ func TestPyLetA14_4_LostInstancesRecoverAndOfflineWorkersAreDeleted(t *testing.T
 			t.Fatalf("%s after its worker went offline: %s, want %s", e.instance(id).Command, st, want)
 		}
 	}
+	// The requeued instance waits for w1's fence (fence_test.go).
+	e.clk.Advance(e.h.fenceHold())
+	e.heartbeat("w2", tok2, 0)
 	if n := e.schedule(); n != 1 {
 		t.Fatalf("rescheduled %d, want 1", n)
 	}

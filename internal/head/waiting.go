@@ -279,6 +279,10 @@ func (h *Head) WaitingReasons(ctx context.Context, ins []*store.Instance) []stri
 		if in.Status != store.StatusPending || !in.CancelRequestedAt.IsZero() {
 			continue
 		}
+		if why := instanceHeld(in, h.clk.Now()); why != "" {
+			out[i] = why
+			continue
+		}
 		if !loaded {
 			loaded = true
 			ws, err := h.st.ListWorkers(ctx)

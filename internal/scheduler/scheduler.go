@@ -77,6 +77,13 @@ type Instance struct {
 	Worker string
 	// QueuedAt is when the instance (last) became pending.
 	QueuedAt time.Time
+	// NotBefore holds a pending instance out of placement until then (a
+	// lost worker's fence may still be stopping its previous attempt);
+	// Held is the reason shown while it waits ("held" when empty). A held
+	// instance still counts as queued in the pressure report: it will need
+	// room soon.
+	NotBefore time.Time
+	Held      string
 }
 
 // Config tunes placement.
@@ -169,6 +176,15 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 	unplaced := make([]int, 0)
 	for i := range pending {
 		p := &pending[i]
+		if now.Before(p.NotBefore) {
+			why := p.Held
+			if why == "" {
+				why = "held until " + p.NotBefore.UTC().Format(time.RFC3339)
+			}
+			res.Waiting[p.ID] = why
+			unplaced = append(unplaced, i)
+			continue
+		}
 		simple := p.TargetWorker == "" && len(p.GPUIndices) == 0
 		var key string
 		if simple {

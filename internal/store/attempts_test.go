@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -40,7 +39,8 @@ func TestAttemptHistoryBackfill(t *testing.T) {
 	assign(t, s, "old", "w")
 	// Roll the schema back to before the history: what an older build left.
 	for _, q := range []string{`DROP TRIGGER attempts_begin`, `DROP TRIGGER attempts_progress`, `DROP TABLE attempts`,
-		fmt.Sprintf(`PRAGMA user_version = %d`, SchemaVersion-1)} {
+		`ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`,
+		`PRAGMA user_version = 5`} {
 		if _, err := s.w.Exec(q); err != nil {
 			t.Fatal(err)
 		}

@@ -74,7 +74,7 @@ func TestCordonBlocksAssignAndSurvives(t *testing.T) {
 	}
 	// Deleting the (offline) worker deletes its cordon: a worker of the
 	// same name registering later is schedulable.
-	if _, err := s.MarkOffline(ctx, t0.Add(time.Hour), t0.Add(time.Hour)); err != nil {
+	if _, err := s.MarkOffline(ctx, t0.Add(time.Hour), t0.Add(time.Hour), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteWorker(ctx, "later", t0); err != nil {
@@ -117,7 +117,7 @@ func TestWorkerBusy(t *testing.T) {
 		{"unknown after offline", func(t *testing.T, s *Store) {
 			mustInsert(t, s, newInst("a"))
 			assign(t, s, "a", "w")
-			if _, err := s.MarkOffline(ctx, t0.Add(time.Hour), t0.Add(time.Hour)); err != nil {
+			if _, err := s.MarkOffline(ctx, t0.Add(time.Hour), t0.Add(time.Hour), 0); err != nil {
 				t.Fatal(err)
 			}
 		}, false},
@@ -172,7 +172,7 @@ func TestHeartbeatReportsFirstStarts(t *testing.T) {
 		t.Fatalf("repeated RUNNING counted: %+v", res.Started)
 	}
 	// The worker goes offline and comes back: the attempt already started.
-	if _, err := s.MarkOffline(ctx, t0.Add(time.Minute), t0.Add(time.Minute)); err != nil {
+	if _, err := s.MarkOffline(ctx, t0.Add(time.Minute), t0.Add(time.Minute), 0); err != nil {
 		t.Fatal(err)
 	}
 	// Restart policy always: offline requeued it; assign the new attempt.
@@ -191,7 +191,7 @@ func TestHeartbeatReportsFirstStarts(t *testing.T) {
 	mustInsert(t, s, b)
 	bt := assign(t, s, "b", "w")
 	hb(t0.Add(2*time.Minute), Report{InstanceID: "b", Attempt: bt, Status: ReportRunning})
-	if _, err := s.MarkOffline(ctx, t0.Add(3*time.Minute), t0.Add(3*time.Minute)); err != nil {
+	if _, err := s.MarkOffline(ctx, t0.Add(3*time.Minute), t0.Add(3*time.Minute), 0); err != nil {
 		t.Fatal(err)
 	}
 	if st := mustGet(t, s, "b").Status; st != StatusUnknown {

@@ -13,7 +13,7 @@ const instanceCols = `i.id, i.name, i.command, i.status, i.attempt, COALESCE(i.a
 	i.cpu_milli, i.memory_bytes, i.gpus, i.exclusive, i.daemon, i.labels, i.env, i.target_worker,
 	i.requested_gpu_indices, i.venv, i.exit_code, i.port, i.endpoint, i.failure_reason, i.restart_policy,
 	i.max_restarts, i.restarts, i.grace_period_ns, i.cancel_gen, i.created_at, i.queued_at, i.assigned_at,
-	i.started_at, i.ended_at, i.cancel_requested_at, i.restartable,
+	i.started_at, i.ended_at, i.cancel_requested_at, i.restartable, i.not_before, i.held_by,
 	(SELECT group_concat(a.gpu_index) FROM instance_allocations a WHERE a.instance_id = i.id AND a.attempt = i.attempt)`
 
 type scanner interface{ Scan(dest ...any) error }
@@ -25,6 +25,7 @@ func scanInstance(sc scanner) (*Instance, error) {
 		exclusive, daemon, restartable      int64
 		exitCode, port, created, queued     sql.NullInt64
 		assigned, started, ended, cancelAt  sql.NullInt64
+		notBefore                           sql.NullInt64
 		grace                               int64
 		gpuList                             sql.NullString
 	)
@@ -32,7 +33,7 @@ func scanInstance(sc scanner) (*Instance, error) {
 		&in.Requests.MilliCPU, &in.Requests.Memory, &in.Requests.GPUs, &exclusive, &daemon, &labels, &env,
 		&in.TargetWorker, &reqIdx, &in.Venv, &exitCode, &port, &in.Endpoint, &in.FailureReason, &policy,
 		&in.MaxRestarts, &in.Restarts, &grace, &in.CancelGen, &created, &queued, &assigned,
-		&started, &ended, &cancelAt, &restartable, &gpuList)
+		&started, &ended, &cancelAt, &restartable, &notBefore, &in.HeldBy, &gpuList)
 	if err != nil {
 		return nil, err
 	}
@@ -47,6 +48,7 @@ func scanInstance(sc scanner) (*Instance, error) {
 	in.CreatedAt, in.QueuedAt = fromTS(created), fromTS(queued)
 	in.AssignedAt, in.StartedAt, in.EndedAt = fromTS(assigned), fromTS(started), fromTS(ended)
 	in.CancelRequestedAt = fromTS(cancelAt)
+	in.NotBefore = fromTS(notBefore)
 	if in.Labels, err = decodeMap(labels, "labels"); err != nil {
 		return nil, err
 	}
@@ -512,8 +514,9 @@ func (s *Store) Assign(ctx context.Context, as []Assignment, now time.Time) ([]A
 	defer tx.Rollback()
 	up, err := tx.PrepareContext(ctx, `UPDATE instances SET status = 'ASSIGNED', attempt = attempt + 1,
 		assigned_worker = :worker, assigned_at = :now, port = NULL, endpoint = '', exit_code = NULL,
-		failure_reason = '', started_at = NULL, ended_at = NULL
+		failure_reason = '', started_at = NULL, ended_at = NULL, not_before = NULL, held_by = ''
 		WHERE id = :id AND status = 'PENDING' AND attempt = :attempt AND cancel_requested_at IS NULL
+		AND (not_before IS NULL OR not_before <= :now)
 		AND EXISTS (SELECT 1 FROM workers w WHERE w.id = :worker AND w.status = 'ONLINE')
 		AND NOT EXISTS (SELECT 1 FROM cordons c WHERE c.worker_id = :worker)
 		RETURNING attempt`)

@@ -17,7 +17,8 @@ func TestRestartableColumnMigrates(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Roll the file back to schema 4, with a row written then.
-	for _, q := range []string{`ALTER TABLE instances DROP COLUMN restartable`, `PRAGMA user_version = 4`,
+	for _, q := range []string{`ALTER TABLE instances DROP COLUMN restartable`,
+		`ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`, `PRAGMA user_version = 4`,
 		`INSERT INTO instances (id, name, command, created_at, queued_at) VALUES ('old', 'old', 'true', 1, 1)`} {
 		if _, err := s.w.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -36,5 +37,38 @@ func TestRestartableColumnMigrates(t *testing.T) {
 	mustInsert(t, s, a, newInst("b"))
 	if !mustGet(t, s, "a").Restartable || mustGet(t, s, "b").Restartable {
 		t.Fatal("restartable flag not kept")
+	}
+}
+
+// TestNotBeforeColumnsMigrate opens a database made by a build that knew
+// six migrations: the seventh adds not_before and held_by; old rows read
+// as not held, and a hold set later reads back.
+func TestNotBeforeColumnsMigrate(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "tide.db")
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`,
+		`PRAGMA user_version = 6`,
+		`INSERT INTO instances (id, name, command, created_at, queued_at) VALUES ('old', 'old', 'true', 1, 1)`} {
+		if _, err := s.w.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s.Close()
+	if s, err = Open(ctx, path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if in := mustGet(t, s, "old"); !in.NotBefore.IsZero() || in.HeldBy != "" {
+		t.Fatalf("a row from schema 6 reads as held: %v by %q", in.NotBefore, in.HeldBy)
+	}
+	if _, err := s.w.Exec(`UPDATE instances SET not_before = 7, held_by = 'w' WHERE id = 'old'`); err != nil {
+		t.Fatal(err)
+	}
+	if in := mustGet(t, s, "old"); in.NotBefore.UnixNano() != 7 || in.HeldBy != "w" {
+		t.Fatalf("hold not read back: %v by %q", in.NotBefore, in.HeldBy)
 	}
 }

@@ -229,6 +229,11 @@ CREATE INDEX instance_allocations_worker ON instance_allocations(worker_id);
 	`ALTER TABLE instances ADD COLUMN restartable INTEGER NOT NULL DEFAULT 0;`,
 	// 6: every attempt of an instance (attempts.go).
 	attemptsSchema,
+	// 7: a PENDING instance requeued from an offline worker is held out of
+	// scheduling until that worker's fence has stopped the old attempt
+	// (Instance.NotBefore, Instance.HeldBy; issue 16).
+	`ALTER TABLE instances ADD COLUMN not_before INTEGER;
+ALTER TABLE instances ADD COLUMN held_by TEXT NOT NULL DEFAULT '';`,
 }
 
 // SchemaVersion is the number of migrations this build knows.

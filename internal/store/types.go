@@ -126,6 +126,12 @@ type Instance struct {
 	Restarts      int
 	// GracePeriod is the SIGTERM→SIGKILL grace asked for by the cancel request.
 	GracePeriod time.Duration
+	// NotBefore holds a PENDING instance out of scheduling until then: it
+	// was requeued from HeldBy, a worker declared OFFLINE that may still
+	// run its previous attempt until that worker's fence stops it. Zero
+	// (and HeldBy "") when nothing holds it; an assignment clears both.
+	NotBefore time.Time
+	HeldBy    string
 
 	CreatedAt         time.Time
 	QueuedAt          time.Time
@@ -185,6 +191,12 @@ type Desired struct {
 	Env            map[string]string
 	Venv           string
 	ExpectedStatus Status
+	// RestartPolicy is the instance's policy; RequeuedIfLost says the head
+	// would requeue this attempt (run it again elsewhere) if it declared
+	// the worker OFFLINE now: not cancelled, policy on-failure or always,
+	// restarts left. The worker's fence stops only those (issue 16).
+	RestartPolicy  RestartPolicy
+	RequeuedIfLost bool
 }
 
 // Stopping is an instance the worker must stop: cancelled, but not yet

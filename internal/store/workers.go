@@ -124,7 +124,8 @@ func (s *Store) listWorkers(ctx context.Context, q querier) ([]*Worker, error) {
 // cancel was requested, PENDING if the restart policy allows, else the
 // given status (UNKNOWN when the worker went offline, FAILED when deleted),
 // with the reason (WORKER_OFFLINE, WORKER_DELETED) so an UNKNOWN instance
-// says why too.
+// says why too. A requeued instance is held out of scheduling for :hold
+// nanoseconds (not_before, held_by: the lost worker) when :hold > 0.
 func lostSQL(allowed string) string {
 	return `UPDATE instances SET
 	status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'CANCELLED'
@@ -135,7 +136,9 @@ func lostSQL(allowed string) string {
 	queued_at = CASE WHEN ` + restartExpr + ` THEN :now ELSE queued_at END,
 	ended_at = CASE WHEN cancel_requested_at IS NOT NULL OR (NOT ` + restartExpr + ` AND :else = 'FAILED')
 		THEN :now ELSE ended_at END,
-	assigned_worker = CASE WHEN ` + restartExpr + ` AND cancel_requested_at IS NULL THEN NULL ELSE assigned_worker END
+	assigned_worker = CASE WHEN ` + restartExpr + ` AND cancel_requested_at IS NULL THEN NULL ELSE assigned_worker END,
+	not_before = CASE WHEN ` + restartExpr + ` AND :hold > 0 THEN :now + :hold ELSE not_before END,
+	held_by = CASE WHEN ` + restartExpr + ` AND :hold > 0 THEN :worker ELSE held_by END
 	WHERE assigned_worker = :worker AND status IN (` + allowed + `)`
 }
 
@@ -161,7 +164,12 @@ func (s *Store) MarkSuspect(ctx context.Context, cutoff time.Time) (int, error) 
 // ones become UNKNOWN, or PENDING when their restart policy allows (the next
 // assignment increments the attempt, fencing the lost one), or CANCELLED
 // when a cancel was requested. It returns the workers that went offline.
-func (s *Store) MarkOffline(ctx context.Context, cutoff, now time.Time) ([]string, error) {
+//
+// A requeued instance gets NotBefore = now + hold and HeldBy = its worker
+// when hold > 0: Assign leaves it PENDING until then. The lost worker may
+// still run the old attempt; the head passes the time that worker's fence
+// takes to stop it (see head.Config.FenceMargin).
+func (s *Store) MarkOffline(ctx context.Context, cutoff, now time.Time, hold time.Duration) ([]string, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("mark offline: begin: %w", err)
@@ -187,7 +195,8 @@ func (s *Store) MarkOffline(ctx context.Context, cutoff, now time.Time) ([]strin
 	}
 	for _, id := range ids {
 		if _, err := tx.ExecContext(ctx, offlineSQL, sql.Named("failure", 1), sql.Named("else", string(StatusUnknown)),
-			sql.Named("reason", ReasonWorkerOffline), sql.Named("now", now.UnixNano()), sql.Named("worker", id)); err != nil {
+			sql.Named("reason", ReasonWorkerOffline), sql.Named("now", now.UnixNano()), sql.Named("worker", id),
+			sql.Named("hold", max(int64(hold), 0))); err != nil {
 			return nil, fmt.Errorf("mark offline %s: instances: %w", id, err)
 		}
 	}
@@ -258,7 +267,8 @@ func deleteWorkerTx(ctx context.Context, tx *sql.Tx, id string, now time.Time) e
 		return fmt.Errorf("delete worker %s: cordon: %w", id, err)
 	}
 	if _, err := tx.ExecContext(ctx, deletedSQL, sql.Named("failure", 1), sql.Named("else", string(StatusFailed)),
-		sql.Named("reason", ReasonWorkerDeleted), sql.Named("now", now.UnixNano()), sql.Named("worker", id)); err != nil {
+		sql.Named("reason", ReasonWorkerDeleted), sql.Named("now", now.UnixNano()), sql.Named("worker", id),
+		sql.Named("hold", 0)); err != nil {
 		return fmt.Errorf("delete worker %s: instances: %w", id, err)
 	}
 	return nil
@@ -322,7 +332,8 @@ func (s *Store) DesiredFor(ctx context.Context, worker string) (DesiredState, er
 		return ds, fmt.Errorf("desired for %s: %w", worker, err)
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT i.id, i.attempt, i.command, i.env, i.venv, i.status,
-		i.cancel_requested_at IS NOT NULL, i.grace_period_ns,
+		i.cancel_requested_at IS NOT NULL, i.grace_period_ns, i.restart_policy,
+		i.status IN ('ASSIGNED','RUNNING') AND i.restarts < i.max_restarts AND i.restart_policy IN ('always','on-failure'),
 		(SELECT group_concat(a.gpu_index) FROM instance_allocations a WHERE a.instance_id = i.id AND a.attempt = i.attempt)
 		FROM instances i WHERE i.assigned_worker = ? AND i.status IN ('ASSIGNED','RUNNING','UNKNOWN')
 		ORDER BY i.assigned_at, i.id`, worker)
@@ -336,9 +347,11 @@ func (s *Store) DesiredFor(ctx context.Context, worker string) (DesiredState, er
 			env, st   string
 			cancelled bool
 			grace     int64
+			policy    string
 			gpus      sql.NullString
 		)
-		if err := rows.Scan(&d.InstanceID, &d.Attempt, &d.Command, &env, &d.Venv, &st, &cancelled, &grace, &gpus); err != nil {
+		if err := rows.Scan(&d.InstanceID, &d.Attempt, &d.Command, &env, &d.Venv, &st, &cancelled, &grace,
+			&policy, &d.RequeuedIfLost, &gpus); err != nil {
 			return ds, fmt.Errorf("desired for %s: %w", worker, err)
 		}
 		if cancelled {
@@ -346,6 +359,7 @@ func (s *Store) DesiredFor(ctx context.Context, worker string) (DesiredState, er
 			continue
 		}
 		d.ExpectedStatus = Status(st)
+		d.RestartPolicy = RestartPolicy(policy)
 		if d.Env, err = decodeMap(env, "env"); err != nil {
 			return ds, fmt.Errorf("desired for %s: %w", worker, err)
 		}
@@ -374,6 +388,10 @@ type SchedInstance struct {
 	RequestedGPUIndices []int
 	GPUIndices          []int
 	QueuedAt            time.Time
+	// NotBefore and HeldBy: a PENDING instance held out of scheduling
+	// until NotBefore while the fence of HeldBy stops its old attempt.
+	NotBefore time.Time
+	HeldBy    string
 }
 
 // SchedulingState is one consistent read of what placement needs.
@@ -399,6 +417,7 @@ func (s *Store) SchedulingState(ctx context.Context) (*SchedulingState, error) {
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT i.id, i.status, i.attempt, COALESCE(i.assigned_worker, ''), i.pool,
 		i.cpu_milli, i.memory_bytes, i.gpus, i.exclusive, i.daemon, i.target_worker, i.requested_gpu_indices, i.queued_at,
+		i.not_before, i.held_by,
 		CASE WHEN i.status = 'PENDING' THEN NULL ELSE
 		(SELECT group_concat(a.gpu_index) FROM instance_allocations a WHERE a.instance_id = i.id AND a.attempt = i.attempt) END
 		FROM instances i
@@ -415,15 +434,18 @@ func (s *Store) SchedulingState(ctx context.Context) (*SchedulingState, error) {
 			excl, dmn int64
 			req       string
 			queued    sql.NullInt64
+			notBefore sql.NullInt64
 			gpus      sql.NullString
 		)
 		if err := rows.Scan(&si.ID, &status, &si.Attempt, &si.Worker, &si.Pool, &si.Requests.MilliCPU,
-			&si.Requests.Memory, &si.Requests.GPUs, &excl, &dmn, &si.TargetWorker, &req, &queued, &gpus); err != nil {
+			&si.Requests.Memory, &si.Requests.GPUs, &excl, &dmn, &si.TargetWorker, &req, &queued, &notBefore, &si.HeldBy,
+			&gpus); err != nil {
 			return nil, fmt.Errorf("scheduling state: %w", err)
 		}
 		si.Status = Status(status)
 		si.Exclusive, si.Daemon = excl != 0, dmn != 0
 		si.QueuedAt = fromTS(queued)
+		si.NotBefore = fromTS(notBefore)
 		if si.RequestedGPUIndices, err = decodeInts(req, "requested_gpu_indices"); err != nil {
 			return nil, fmt.Errorf("scheduling state: %w", err)
 		}

@@ -341,7 +341,9 @@ func TestNetnsMachineLoss(t *testing.T) {
 		return strings.Contains(evs, "node-lost") && strings.Contains(evs, lost) && strings.Count(evs, " launched:") >= 4,
 			"waiting for node-lost and a replacement"
 	})
-	nr.eventually("the cut machine's instance reruns elsewhere", 60*time.Second, func() (bool, string) {
+	// Offline-after (15 s), then the fencing lease's hold: poll 2 s +
+	// liveness 0.5 s + 2 × margin 5 s + the default grace 30 s.
+	nr.eventually("the cut machine's instance reruns elsewhere", 90*time.Second, func() (bool, string) {
 		in, err := nr.cl.Instance(context.Background(), ids[1])
 		if err != nil {
 			return false, err.Error()

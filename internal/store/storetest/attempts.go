@@ -52,7 +52,7 @@ func testAttemptHistory(t *testing.T, open Opener) {
 	report(t, s, "w1", -1, store.Report{InstanceID: "a", Attempt: att, Status: store.ReportFailed, ExitCode: ip(3), FailureReason: "boom"})
 	att = assign(t, s, "a", "w1")
 	off := t0.Add(time.Minute)
-	if _, err := s.MarkOffline(ctx, off, off); err != nil {
+	if _, err := s.MarkOffline(ctx, off, off, 0); err != nil {
 		t.Fatal(err)
 	}
 	report(t, s, "w1", -1, store.Report{InstanceID: "a", Attempt: att, Status: store.ReportCompleted, ExitCode: ip(0)})

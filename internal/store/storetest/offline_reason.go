@@ -23,7 +23,7 @@ func testUnknownInstanceSaysWhy(t *testing.T, open Opener) {
 	for _, id := range []string{"keep", "retry", "gone"} {
 		assign(t, s, id, "w")
 	}
-	if _, err := s.MarkOffline(ctx, t0.Add(time.Second), t0.Add(time.Minute)); err != nil {
+	if _, err := s.MarkOffline(ctx, t0.Add(time.Second), t0.Add(time.Minute), 0); err != nil {
 		t.Fatal(err)
 	}
 	for id, want := range map[string]string{"keep": store.ReasonWorkerOffline, "gone": store.ReasonWorkerOffline, "retry": ""} {

@@ -40,7 +40,7 @@ type Store interface {
 	GetWorker(ctx context.Context, id string) (*store.Worker, error)
 	ListWorkers(ctx context.Context) ([]*store.Worker, error)
 	MarkSuspect(ctx context.Context, cutoff time.Time) (int, error)
-	MarkOffline(ctx context.Context, cutoff, now time.Time) ([]string, error)
+	MarkOffline(ctx context.Context, cutoff, now time.Time, hold time.Duration) ([]string, error)
 	DeleteWorker(ctx context.Context, id string, now time.Time) error
 	RemoveWorker(ctx context.Context, id string, now time.Time) error
 	DeleteOfflineWorkers(ctx context.Context, now time.Time) ([]string, error)
@@ -91,6 +91,7 @@ func Run(t *testing.T, open Opener, journal JournalOpener) {
 		{"CountInstances", testCountInstances},
 		{"MoveInstance", testMoveInstance},
 		{"UnknownInstanceSaysWhy", testUnknownInstanceSaysWhy},
+		{"OfflineHoldsRequeued", testOfflineHoldsRequeued},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
@@ -465,7 +466,7 @@ func testCancelCompletesInEveryState(t *testing.T, open Opener) {
 	if _, err := s.ApplyHeartbeat(ctx, store.HeartbeatInput{WorkerID: "w", SeenGen: -1}, t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if ids, err := s.MarkOffline(ctx, t0.Add(time.Minute), t0.Add(time.Hour)); err != nil || !slices.Equal(ids, []string{"dead"}) {
+	if ids, err := s.MarkOffline(ctx, t0.Add(time.Minute), t0.Add(time.Hour), 0); err != nil || !slices.Equal(ids, []string{"dead"}) {
 		t.Fatalf("MarkOffline = %v, %v", ids, err)
 	}
 	if got := mustGet(t, s, "unknown").Status; got != store.StatusUnknown {
@@ -496,7 +497,7 @@ func testLivenessAndRescheduleOnOffline(t *testing.T, open Opener) {
 	if w, _ := s.GetWorker(ctx, "w"); w.Status != store.WorkerSuspect {
 		t.Fatalf("worker %s, want SUSPECT", w.Status)
 	}
-	if _, err := s.MarkOffline(ctx, t0.Add(time.Second), t0.Add(time.Minute)); err != nil {
+	if _, err := s.MarkOffline(ctx, t0.Add(time.Second), t0.Add(time.Minute), 0); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]store.Status{"keep": store.StatusUnknown, "retry": store.StatusPending, "cancelling": store.StatusCancelled}
@@ -530,7 +531,7 @@ func testDeleteWorkerAndInstances(t *testing.T, open Opener) {
 	if err := s.DeleteWorker(ctx, "zz", t0); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("delete unknown worker: %v", err)
 	}
-	s.MarkOffline(ctx, t0.Add(time.Second), t0)
+	s.MarkOffline(ctx, t0.Add(time.Second), t0, 0)
 	ids, err := s.DeleteOfflineWorkers(ctx, t0)
 	if err != nil || !slices.Equal(ids, []string{"w"}) {
 		t.Fatalf("DeleteOfflineWorkers = %v, %v", ids, err)
