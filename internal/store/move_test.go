@@ -10,25 +10,8 @@ import (
 // four migrations: the fifth adds the restartable column, old rows read as
 // not restartable, and new rows keep the flag.
 func TestRestartableColumnMigrates(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "tide.db")
-	s, err := Open(ctx, path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Roll the file back to schema 4, with a row written then.
-	for _, q := range []string{`ALTER TABLE instances DROP COLUMN restartable`,
-		`ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`, `PRAGMA user_version = 4`,
-		`INSERT INTO instances (id, name, command, created_at, queued_at) VALUES ('old', 'old', 'true', 1, 1)`} {
-		if _, err := s.w.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	s.Close()
-	if s, err = Open(ctx, path, Options{}); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := reopenAfter(t, `ALTER TABLE instances DROP COLUMN restartable`,
+		`ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`, `PRAGMA user_version = 4`)
 	if in := mustGet(t, s, "old"); in.Restartable {
 		t.Fatal("a row from schema 4 reads as restartable")
 	}
@@ -44,24 +27,8 @@ func TestRestartableColumnMigrates(t *testing.T) {
 // six migrations: the seventh adds not_before and held_by; old rows read
 // as not held, and a hold set later reads back.
 func TestNotBeforeColumnsMigrate(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "tide.db")
-	s, err := Open(ctx, path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`,
-		`PRAGMA user_version = 6`,
-		`INSERT INTO instances (id, name, command, created_at, queued_at) VALUES ('old', 'old', 'true', 1, 1)`} {
-		if _, err := s.w.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	s.Close()
-	if s, err = Open(ctx, path, Options{}); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := reopenAfter(t, `ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`,
+		`PRAGMA user_version = 6`)
 	if in := mustGet(t, s, "old"); !in.NotBefore.IsZero() || in.HeldBy != "" {
 		t.Fatalf("a row from schema 6 reads as held: %v by %q", in.NotBefore, in.HeldBy)
 	}
@@ -71,4 +38,29 @@ func TestNotBeforeColumnsMigrate(t *testing.T) {
 	if in := mustGet(t, s, "old"); in.NotBefore.UnixNano() != 7 || in.HeldBy != "w" {
 		t.Fatalf("hold not read back: %v by %q", in.NotBefore, in.HeldBy)
 	}
+}
+
+// reopenAfter creates a database, rolls it back to an older schema with
+// rollback (column drops and the user_version), writes the row "old" as
+// that schema would have, and opens the file again, so the migrations since
+// run over it. The store is closed when the test ends.
+func reopenAfter(t *testing.T, rollback ...string) *Store {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "tide.db")
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range append(rollback, `INSERT INTO instances (id, name, command, created_at, queued_at) VALUES ('old', 'old', 'true', 1, 1)`) {
+		if _, err := s.w.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s.Close()
+	if s, err = Open(ctx, path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
