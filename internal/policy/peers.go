@@ -55,12 +55,18 @@ func newPeerView(in *Input) peerView {
 // building it on the first call.
 func (v *peerView) freeSpace(in *Input) []capacity.Resources {
 	if v.free == nil {
-		v.free = make([]capacity.Resources, len(v.nodes))
-		for j, i := range v.nodes {
-			v.free[j] = in.Pressure.Nodes[i].Free()
-		}
+		v.free = freeOf(in.Pressure.Nodes, v.nodes)
 	}
 	return v.free
+}
+
+// freeOf returns the free space of nodes[i] for each i of idx, in order.
+func freeOf(nodes []capacity.Node, idx []int) []capacity.Resources {
+	free := make([]capacity.Resources, len(idx))
+	for j, i := range idx {
+		free[j] = nodes[i].Free()
+	}
+	return free
 }
 
 // emptyFor returns how many empty nodes of v have been empty for at least

@@ -155,10 +155,7 @@ func (p *tidePolicy) Decide(in Input) Decision {
 func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int) Decision {
 	cfg := &p.cfg
 	nodes := in.Pressure.Nodes
-	free := make([]capacity.Resources, len(v.nodes))
-	for j, i := range v.nodes {
-		free[j] = nodes[i].Free()
-	}
+	free := freeOf(nodes, v.nodes)
 	pending := in.Pressure.Pending
 	offs := cfg.Offerings
 	if !v.daemons.IsZero() {
