@@ -44,6 +44,15 @@ func tideConfig(t testing.TB, spec capacity.NodeSpec, offs []capacity.Offering, 
 // idle60 sets the idle timeout to 60s (the default before TideIdleTimeout).
 func idle60(c *Config) { c.IdleTimeout = time.Minute }
 
+// tideFullNodes returns n c4 nodes, each running its daemon and 4 tasks.
+func tideFullNodes(n int) []capacity.Node {
+	out := make([]capacity.Node, n)
+	for i := range out {
+		out[i] = tideNode(fmt.Sprintf("n%d", i), 4)
+	}
+	return out
+}
+
 type tideNodeOpt func(*capacity.Node)
 
 // idleFor marks the node empty since d before tideT0.
@@ -224,6 +233,17 @@ func TestTideDecide(t *testing.T) {
 			wantText: "44 queued instances need 11 new nodes and 1 spare",
 		},
 		{
+			// 20 full nodes and 1 booting; 20 tasks need 5 new nodes, more
+			// than the 1 booting: 5/10 rounds to no spare, but the pool's
+			// 5 % (20 nodes × 5 % = 1) gives one.
+			name: "a burst that outgrows the nodes booting of a pool of 20 gets 5 % of it spare",
+			cfg:  tideConfig(t, capacity.Elastic(0, 50), []capacity.Offering{tideOD}), desired: 21,
+			nodes:   tideFullNodes(20),
+			pending: []capacity.Pending{tidePending(tideTask, 20)}, state: waited,
+			want: 26, wantCode: CodeScaleUp, wantMix: []OfferingCount{{"c4/on-demand", 5}}, wantCost: 1.0,
+			wantText: "20 queued instances need 5 new nodes and 1 spare",
+		},
+		{
 			// 64 tasks need 16 new nodes: the burst spare comes at once, 2 + 16/10.
 			name: "a backlog of 16 new nodes or more gets the burst spare at once",
 			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 0,
@@ -395,18 +415,25 @@ func TestTideBurst(t *testing.T) {
 }
 
 // TestBurstSpare: none while the backlog fits the nodes booting or for a
-// small first scale-up; 1 per 10 new nodes when the backlog outgrows the
-// nodes booting; 2 + 1 per 10 when it needs 16 new nodes or more at once.
+// small first scale-up; 1 per 10 new nodes or 5 % of the pool's nodes,
+// whichever is more, when the backlog outgrows the nodes booting; 2 + 1
+// per 10 when it needs 16 new nodes or more at once.
 func TestBurstSpare(t *testing.T) {
 	tests := []struct {
-		newNodes, booting, want int
+		newNodes, booting, nodes, want int
 	}{
-		{0, 0, 0}, {0, 3, 0}, {1, 0, 0}, {15, 0, 0}, {16, 0, 3}, {830, 0, 85},
-		{3, 3, 0}, {2, 5, 0}, {4, 3, 0}, {12, 2, 1}, {25, 24, 2},
+		{0, 0, 0, 0}, {0, 3, 0, 0}, {1, 0, 0, 0}, {15, 0, 0, 0}, {16, 0, 0, 3}, {830, 0, 0, 85},
+		{3, 3, 0, 0}, {2, 5, 0, 0}, {4, 3, 0, 0}, {12, 2, 0, 1}, {25, 24, 0, 2},
+		// The pool's 5 %: none below 20 nodes, then 1 per 20.
+		{4, 3, 19, 0}, {4, 3, 20, 1}, {12, 2, 19, 1}, {12, 2, 100, 5}, {30, 20, 100, 5}, {60, 20, 100, 6},
+		// A backlog the booting nodes cover gets none, however large the pool.
+		{3, 3, 1000, 0}, {2, 5, 1000, 0},
+		// From a standing start the pool's size does not count.
+		{15, 0, 1000, 0}, {16, 0, 1000, 3},
 	}
 	for _, tt := range tests {
-		if got := burstSpare(tt.newNodes, tt.booting); got != tt.want {
-			t.Errorf("burstSpare(%d new, %d booting) = %d, want %d", tt.newNodes, tt.booting, got, tt.want)
+		if got := burstSpare(tt.newNodes, tt.booting, tt.nodes); got != tt.want {
+			t.Errorf("burstSpare(%d new, %d booting, %d nodes) = %d, want %d", tt.newNodes, tt.booting, tt.nodes, got, tt.want)
 		}
 	}
 }
