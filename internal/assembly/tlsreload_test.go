@@ -17,6 +17,7 @@ import (
 
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/netnstest"
 	"github.com/tide-project/tide/internal/provider/netns"
 )
 
@@ -28,7 +29,8 @@ func TestReloadCertifiesANewNetnsBridge(t *testing.T) {
 	if why := netns.Supported(); why != "" {
 		t.Skip("skipping: " + why)
 	}
-	const prefix, subnet, gateway = "ta250", "10.231.250.0/24", "10.231.250.1"
+	n := netnstest.Reserve(t, 250, 255)
+	prefix, subnet, gateway := fmt.Sprintf("ta%d", n), fmt.Sprintf("10.231.%d.0/24", n), fmt.Sprintf("10.231.%d.1", n)
 	t.Cleanup(func() { exec.Command("ip", "link", "del", prefix+"br").Run() })
 	dir := t.TempDir()
 	path := filepath.Join(dir, "pools.yaml")
@@ -111,7 +113,8 @@ func TestNetnsPoolRefusedOnALoopbackHead(t *testing.T) {
 	if why := netns.Supported(); why != "" {
 		t.Skip("skipping: " + why)
 	}
-	const prefix, subnet = "ta251", "10.231.251.0/24"
+	n := netnstest.Reserve(t, 250, 255)
+	prefix, subnet := fmt.Sprintf("ta%d", n), fmt.Sprintf("10.231.%d.0/24", n)
 	t.Cleanup(func() { exec.Command("ip", "link", "del", prefix+"br").Run() })
 	netPool := `  - name: net
     provider: {type: netns, options: {prefix: ` + prefix + `, subnet: ` + subnet + `}}

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,11 +20,9 @@ import (
 	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/netnstest"
 	"github.com/tide-project/tide/internal/provider/netns"
 )
-
-// netSeq hands each netns test its own /24 and name prefix (10.231.200+).
-var netSeq atomic.Int32
 
 // netPool is a pool of namespaces (min %d, max %d) of two offerings.
 const netPool = `pools:
@@ -60,7 +57,7 @@ func skipUnlessNetns(t *testing.T) {
 func startNetUp(t *testing.T, minNodes, maxNodes int, hc head.Config) *netRun {
 	t.Helper()
 	skipUnlessNetns(t)
-	n := 200 + netSeq.Add(1)%50
+	n := netnstest.Reserve(t, 200, 250) // its own /24 and name prefix, machine-wide
 	nr := &netRun{prefix: fmt.Sprintf("tu%d", n), subnet: fmt.Sprintf("10.231.%d.0/24", n),
 		gateway: fmt.Sprintf("10.231.%d.1", n), token: "admin-" + t.Name()}
 	dir := t.TempDir()
@@ -436,7 +433,7 @@ func hostLinkExists(l string) bool {
 // then leaves no namespace, link or process behind.
 func TestNetnsHeadKill9(t *testing.T) {
 	skipUnlessNetns(t)
-	n := 200 + netSeq.Add(1)%50
+	n := netnstest.Reserve(t, 200, 250)
 	prefix, subnet, gw := fmt.Sprintf("tu%d", n), fmt.Sprintf("10.231.%d.0/24", n), fmt.Sprintf("10.231.%d.1", n)
 	dir := t.TempDir()
 	nr := &netRun{prefix: prefix}

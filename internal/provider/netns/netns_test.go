@@ -5,21 +5,17 @@ import (
 	"fmt"
 	"log/slog"
 	"os/exec"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/netnstest"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/local"
 	"github.com/tide-project/tide/internal/provider/providertest"
 )
 
 var testOffering = capacity.Offering{Type: "ns1", Kind: capacity.OnDemand, Resources: capacity.CPU(1000)}
-
-// subnets hands each provider of this test binary its own /24 and prefix,
-// so subtests running side by side never share a name or an address.
-var subnets atomic.Int32
 
 func skipUnlessSupported(t *testing.T) {
 	t.Helper()
@@ -38,7 +34,7 @@ func newTest(t *testing.T, root string) *Provider {
 func newTestGated(t *testing.T, root string, gated bool) (*Provider, *local.Gate) {
 	t.Helper()
 	skipUnlessSupported(t)
-	n := 100 + subnets.Add(1)%100 // 10.231.100-199; internal/up takes 200-249, internal/assembly 250
+	n := netnstest.Reserve(t, 100, 200) // internal/up takes 200-249, internal/assembly 250-254
 	p, g, err := newProvider(Config{
 		Root:   root,
 		Prefix: fmt.Sprintf("tt%d", n),
