@@ -311,6 +311,63 @@ func (s *Store) MarkOffline(ctx context.Context, cutoff, now time.Time, hold tim
 	return ids, nil
 }
 
+// ReleaseHold clears the fence hold of every PENDING instance held by
+// worker whose hold is still in force at now, as the SQLite store's
+// ReleaseHold does (the caller knows the worker's machine is deleted), and
+// returns their ids in order. Instances are found in one snapshot (held
+// instances have no index of their own) and released in transactions of
+// at most MaxTxnOps/3, each checking the hold again.
+func (s *Store) ReleaseHold(ctx context.Context, worker string, now time.Time) ([]string, error) {
+	all, err := s.snapshot(ctx).listInstances()
+	if err != nil {
+		return nil, fmt.Errorf("release hold of %s: %w", worker, err)
+	}
+	held := func(in *store.Instance) bool {
+		return in != nil && in.Status == store.StatusPending && in.HeldBy == worker && in.NotBefore.After(now)
+	}
+	var cand []string
+	for _, in := range all {
+		if held(in) {
+			cand = append(cand, in.ID)
+		}
+	}
+	var ids []string
+	for len(cand) > 0 {
+		n := min(len(cand), max(s.maxOps/3, 1))
+		chunk := cand[:n]
+		cand = cand[n:]
+		var done []string
+		err := s.update(ctx, "release hold of "+worker, func(t *txn) error {
+			done = done[:0]
+			if err := t.prefetch(t.instanceKeys(chunk)...); err != nil {
+				return err
+			}
+			for _, id := range chunk {
+				old, err := t.getInstance(id)
+				if err != nil {
+					return err
+				}
+				if !held(old) {
+					continue
+				}
+				in := clone(old)
+				in.NotBefore, in.HeldBy = time.Time{}, ""
+				if err := t.putInstance(old, in); err != nil {
+					return err
+				}
+				done = append(done, id)
+			}
+			return nil
+		})
+		if err != nil {
+			return ids, err
+		}
+		ids = append(ids, done...)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
 // deleteWorker removes an OFFLINE worker in t, as the SQLite store's
 // deleteWorkerTx does.
 func (t *txn) deleteWorker(id string, now time.Time) error {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
@@ -203,6 +204,36 @@ func (s *Store) MarkOffline(ctx context.Context, cutoff, now time.Time, hold tim
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("mark offline: commit: %w", err)
 	}
+	return ids, nil
+}
+
+// ReleaseHold clears the fence hold (NotBefore, HeldBy) of every PENDING
+// instance held by worker whose hold is still in force at now, so they may
+// be placed at once, and returns their ids in order. The caller must know
+// that nothing of worker's old attempts can still run: its machine's
+// deletion is confirmed (the provider answered NotFound). An OFFLINE or
+// removed worker alone is not enough; the hold is what keeps an instance
+// from running twice while the lost worker's fence stops the old attempt.
+// Holds already over, and instances of other workers, are left alone.
+func (s *Store) ReleaseHold(ctx context.Context, worker string, now time.Time) ([]string, error) {
+	rows, err := s.w.QueryContext(ctx, `UPDATE instances SET not_before = NULL, held_by = ''
+		WHERE status = 'PENDING' AND held_by = ? AND not_before > ? RETURNING id`, worker, now.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("release hold of %s: %w", worker, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("release hold of %s: %w", worker, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("release hold of %s: %w", worker, err)
+	}
+	slices.Sort(ids)
 	return ids, nil
 }
 
