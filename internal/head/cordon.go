@@ -54,7 +54,8 @@ func (h *Head) RemoveWorker(ctx context.Context, worker string) error {
 // Workload returns the head as the controller's Workload: a node is the
 // worker named by its machine id (the local provider starts
 // `tide worker --name <machine id>`). Cordon and Uncordon call Cordon, Busy
-// calls WorkerBusy.
+// calls WorkerBusy, Forget calls RemoveWorker, MachineDeleted calls
+// ReleaseHold.
 func (h *Head) Workload() controller.Workload { return workload{h} }
 
 type workload struct{ h *Head }
@@ -96,3 +97,17 @@ func (w workload) Forget(ctx context.Context, n controller.Node) error {
 }
 
 var _ controller.Forgetter = workload{}
+
+// MachineDeleted ends the fence hold of the instances requeued from the
+// worker of a machine whose deletion the provider confirmed
+// (controller.DeletionObserver): the worker is named after its machine.
+// Idempotent: a second call finds nothing held.
+func (w workload) MachineDeleted(ctx context.Context, n controller.Node) error {
+	if n.MachineID == "" {
+		return nil
+	}
+	_, err := w.h.ReleaseHold(ctx, n.Pool, n.MachineID, n.MachineID)
+	return err
+}
+
+var _ controller.DeletionObserver = workload{}
