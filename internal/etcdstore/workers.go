@@ -369,8 +369,8 @@ func (s *Store) ReleaseHold(ctx context.Context, worker string, now time.Time) (
 }
 
 // deleteWorker removes an OFFLINE worker in t, as the SQLite store's
-// deleteWorkerTx does.
-func (t *txn) deleteWorker(id string, now time.Time) error {
+// deleteWorkerTx does (requeued instances held for hold).
+func (t *txn) deleteWorker(id string, now time.Time, hold time.Duration) error {
 	w, err := t.getWorker(id)
 	if err != nil {
 		return fmt.Errorf("delete worker %s: %w", id, err)
@@ -383,19 +383,20 @@ func (t *txn) deleteWorker(id string, now time.Time) error {
 	}
 	t.del(t.s.kWorker(id))
 	t.del(t.s.kCordon(id))
-	return t.lost(id, store.Status.Active, store.StatusFailed, store.ReasonWorkerDeleted, now.UTC(), 0)
+	return t.lost(id, store.Status.Active, store.StatusFailed, store.ReasonWorkerDeleted, now.UTC(), hold)
 }
 
 // DeleteWorker removes an OFFLINE worker. Its remaining instances become
 // FAILED (WORKER_DELETED), PENDING by restart policy, or CANCELLED.
 // store.ErrNotFound or store.ErrWorkerOnline otherwise.
 func (s *Store) DeleteWorker(ctx context.Context, id string, now time.Time) error {
-	return s.update(ctx, "delete worker "+id, func(t *txn) error { return t.deleteWorker(id, now) })
+	return s.update(ctx, "delete worker "+id, func(t *txn) error { return t.deleteWorker(id, now, 0) })
 }
 
 // RemoveWorker deletes a worker whatever its status, as the SQLite store's
-// RemoveWorker does. store.ErrNotFound if the worker is unknown.
-func (s *Store) RemoveWorker(ctx context.Context, id string, now time.Time) error {
+// RemoveWorker does (requeued instances held for hold). store.ErrNotFound
+// if the worker is unknown.
+func (s *Store) RemoveWorker(ctx context.Context, id string, now time.Time, hold time.Duration) error {
 	return s.update(ctx, "remove worker "+id, func(t *txn) error {
 		w, err := t.getWorker(id)
 		if err != nil {
@@ -407,7 +408,7 @@ func (s *Store) RemoveWorker(ctx context.Context, id string, now time.Time) erro
 				return err
 			}
 		}
-		return t.deleteWorker(id, now)
+		return t.deleteWorker(id, now, hold)
 	})
 }
 

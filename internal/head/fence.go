@@ -36,6 +36,16 @@ import (
 //     after the worker's deadline plus the grace period, when the SIGKILL
 //     has landed: the old attempt is gone before a new one can start.
 //
+// A pool controller that gives a machine up (lost, failed, reclaimed,
+// scaled away) has the head forget its worker first (RemoveWorker), before
+// it deletes the machine, possibly while that worker is still ONLINE and
+// running. The instances it requeues then are held too, for removeHold:
+// the worker's last successful heartbeat was sent at the latest at the
+// removal R, so its fence stops them by R + PollTimeout + OfflineAfter +
+// LivenessInterval + FenceMargin, plus the grace period; one more margin,
+// as above. (Its later heartbeats are refused, and a worker that registers
+// again under its name gets an empty desired set and stops them sooner.)
+//
 // The hold ends early when the lost worker's machine is known to be gone:
 // its pool controller saw the provider answer the machine's Delete with
 // NotFound (controller.DeletionObserver, the end state of Delete in the
@@ -63,6 +73,17 @@ func (h *Head) fenceHold() time.Duration {
 		return 0
 	}
 	return h.cfg.PollTimeout + h.cfg.LivenessInterval + 2*h.cfg.FenceMargin + h.cfg.DefaultGracePeriod
+}
+
+// removeHold is how long an instance requeued from a worker the head
+// forgets while it may still run (RemoveWorker) waits before it may be
+// placed again: fenceHold plus OfflineAfter, since that worker may have
+// heartbeated successfully up to the removal; 0 when the lease is off.
+func (h *Head) removeHold() time.Duration {
+	if !h.leaseOn() {
+		return 0
+	}
+	return h.fenceHold() + h.cfg.OfflineAfter
 }
 
 // lease is the lease's terms sent on every heartbeat answer; nil when off.

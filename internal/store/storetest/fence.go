@@ -125,7 +125,7 @@ func testReleaseHold(t *testing.T, open Opener) {
 	if ids, err := s.MarkOffline(ctx, t0.Add(time.Second), off, hold); err != nil || len(ids) != 2 {
 		t.Fatalf("mark offline: %v, %v", ids, err)
 	}
-	if err := s.RemoveWorker(ctx, "w", off.Add(time.Second)); err != nil {
+	if err := s.RemoveWorker(ctx, "w", off.Add(time.Second), 2*hold); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a", "b"} {

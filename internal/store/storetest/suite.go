@@ -43,7 +43,7 @@ type Store interface {
 	MarkOffline(ctx context.Context, cutoff, now time.Time, hold time.Duration) ([]string, error)
 	ReleaseHold(ctx context.Context, worker string, now time.Time) ([]string, error)
 	DeleteWorker(ctx context.Context, id string, now time.Time) error
-	RemoveWorker(ctx context.Context, id string, now time.Time) error
+	RemoveWorker(ctx context.Context, id string, now time.Time, hold time.Duration) error
 	DeleteOfflineWorkers(ctx context.Context, now time.Time) ([]string, error)
 	DesiredFor(ctx context.Context, worker string) (store.DesiredState, error)
 	SchedulingState(ctx context.Context) (*store.SchedulingState, error)
