@@ -707,6 +707,7 @@ func (c *Controller) deleteOne(ctx context.Context, d *doomed) {
 			return
 		case provider.KindNotFound:
 			d.gone = true
+			c.deleted(ctx, d.rec)
 		case provider.KindStaleFence:
 			c.depose(err)
 			return
@@ -726,6 +727,19 @@ func (c *Controller) deleteOne(ctx context.Context, d *doomed) {
 		c.emit(TypeNormal, ReasonDeleted, "machine %s of node %d deleted", d.rec.MachineID, d.rec.Ordinal)
 	} else {
 		c.emit(TypeNormal, ReasonDeleted, "machine %s deleted", d.rec.MachineID)
+	}
+}
+
+// deleted tells a Workload that is a DeletionObserver that rec's machine
+// is confirmed deleted (its Delete answered NotFound).
+func (c *Controller) deleted(ctx context.Context, rec Record) {
+	o, ok := c.work.(DeletionObserver)
+	if !ok {
+		return
+	}
+	n := Node{Pool: c.cfg.Pool, ID: rec.Ordinal, MachineID: rec.MachineID}
+	if err := o.MachineDeleted(ctx, n); err != nil {
+		c.emit(TypeWarning, ReasonWorkloadError, "machine %s deleted, but telling the workload failed: %v", rec.MachineID, err)
 	}
 }
 

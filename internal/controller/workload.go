@@ -50,6 +50,24 @@ type Forgetter interface {
 	Forget(ctx context.Context, n Node) error
 }
 
+// DeletionObserver is an optional extension of a Workload: MachineDeleted
+// is called once the provider has confirmed that a machine of the pool is
+// deleted, that is when its Delete answered NotFound (the end state of
+// Delete in the provider contract: the machine, and every process it ran,
+// no longer exists). Nothing weaker calls it: not a Drain, not a Delete
+// accepted but still under way, not a machine that failed or was lost
+// (Forgetter.Forget comes then, before the Delete). The scheduler side may
+// then drop any precaution it took against work still running there (the
+// head releases the fence hold of instances requeued from the machine's
+// worker). Called at least once per deleted machine (again if a restarted
+// controller finds the delete intent still journaled), so it must be
+// idempotent; n.ID is -1 for an orphan and n.Host is empty. Errors are
+// reported as events and not retried: the precaution then simply runs its
+// course.
+type DeletionObserver interface {
+	MachineDeleted(ctx context.Context, n Node) error
+}
+
 // MarkReader is an optional extension of a Workload whose nodes carry the
 // reconciler's deletion marks where every controller sees them (Kubernetes
 // mode writes them as deletion-candidate taints with their time). A

@@ -311,9 +311,66 @@ func (s *Store) MarkOffline(ctx context.Context, cutoff, now time.Time, hold tim
 	return ids, nil
 }
 
+// ReleaseHold clears the fence hold of every PENDING instance held by
+// worker whose hold is still in force at now, as the SQLite store's
+// ReleaseHold does (the caller knows the worker's machine is deleted), and
+// returns their ids in order. Instances are found in one snapshot (held
+// instances have no index of their own) and released in transactions of
+// at most MaxTxnOps/3, each checking the hold again.
+func (s *Store) ReleaseHold(ctx context.Context, worker string, now time.Time) ([]string, error) {
+	all, err := s.snapshot(ctx).listInstances()
+	if err != nil {
+		return nil, fmt.Errorf("release hold of %s: %w", worker, err)
+	}
+	held := func(in *store.Instance) bool {
+		return in != nil && in.Status == store.StatusPending && in.HeldBy == worker && in.NotBefore.After(now)
+	}
+	var cand []string
+	for _, in := range all {
+		if held(in) {
+			cand = append(cand, in.ID)
+		}
+	}
+	var ids []string
+	for len(cand) > 0 {
+		n := min(len(cand), max(s.maxOps/3, 1))
+		chunk := cand[:n]
+		cand = cand[n:]
+		var done []string
+		err := s.update(ctx, "release hold of "+worker, func(t *txn) error {
+			done = done[:0]
+			if err := t.prefetch(t.instanceKeys(chunk)...); err != nil {
+				return err
+			}
+			for _, id := range chunk {
+				old, err := t.getInstance(id)
+				if err != nil {
+					return err
+				}
+				if !held(old) {
+					continue
+				}
+				in := clone(old)
+				in.NotBefore, in.HeldBy = time.Time{}, ""
+				if err := t.putInstance(old, in); err != nil {
+					return err
+				}
+				done = append(done, id)
+			}
+			return nil
+		})
+		if err != nil {
+			return ids, err
+		}
+		ids = append(ids, done...)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
 // deleteWorker removes an OFFLINE worker in t, as the SQLite store's
-// deleteWorkerTx does.
-func (t *txn) deleteWorker(id string, now time.Time) error {
+// deleteWorkerTx does (requeued instances held for hold).
+func (t *txn) deleteWorker(id string, now time.Time, hold time.Duration) error {
 	w, err := t.getWorker(id)
 	if err != nil {
 		return fmt.Errorf("delete worker %s: %w", id, err)
@@ -326,19 +383,20 @@ func (t *txn) deleteWorker(id string, now time.Time) error {
 	}
 	t.del(t.s.kWorker(id))
 	t.del(t.s.kCordon(id))
-	return t.lost(id, store.Status.Active, store.StatusFailed, store.ReasonWorkerDeleted, now.UTC(), 0)
+	return t.lost(id, store.Status.Active, store.StatusFailed, store.ReasonWorkerDeleted, now.UTC(), hold)
 }
 
 // DeleteWorker removes an OFFLINE worker. Its remaining instances become
 // FAILED (WORKER_DELETED), PENDING by restart policy, or CANCELLED.
 // store.ErrNotFound or store.ErrWorkerOnline otherwise.
 func (s *Store) DeleteWorker(ctx context.Context, id string, now time.Time) error {
-	return s.update(ctx, "delete worker "+id, func(t *txn) error { return t.deleteWorker(id, now) })
+	return s.update(ctx, "delete worker "+id, func(t *txn) error { return t.deleteWorker(id, now, 0) })
 }
 
 // RemoveWorker deletes a worker whatever its status, as the SQLite store's
-// RemoveWorker does. store.ErrNotFound if the worker is unknown.
-func (s *Store) RemoveWorker(ctx context.Context, id string, now time.Time) error {
+// RemoveWorker does (requeued instances held for hold). store.ErrNotFound
+// if the worker is unknown.
+func (s *Store) RemoveWorker(ctx context.Context, id string, now time.Time, hold time.Duration) error {
 	return s.update(ctx, "remove worker "+id, func(t *txn) error {
 		w, err := t.getWorker(id)
 		if err != nil {
@@ -350,7 +408,7 @@ func (s *Store) RemoveWorker(ctx context.Context, id string, now time.Time) erro
 				return err
 			}
 		}
-		return t.deleteWorker(id, now)
+		return t.deleteWorker(id, now, hold)
 	})
 }
 

@@ -35,14 +35,17 @@ func (h *Head) WorkerBusy(ctx context.Context, worker string) (bool, error) {
 	return h.st.WorkerBusy(ctx, worker)
 }
 
-// RemoveWorker forgets a worker whose machine is gone for good (terminated,
-// or lost): in one transaction it goes OFFLINE and is deleted with its
-// cordon, and its unfinished instances are requeued by their restart
-// policy, CANCELLED when a cancel was asked, or FAILED (WORKER_DELETED).
+// RemoveWorker forgets a worker whose machine is given up for good
+// (terminated, or lost): in one transaction it goes OFFLINE and is deleted
+// with its cordon, and its unfinished instances are requeued by their
+// restart policy, CANCELLED when a cancel was asked, or FAILED
+// (WORKER_DELETED). The machine may not be deleted yet, and the worker may
+// still run the old attempts: requeued instances are held for removeHold
+// (fence.go), until ReleaseHold when the machine's deletion is confirmed.
 // A worker of that name registering later is a new worker. ErrNotFound
 // (store.ErrNotFound) when it is unknown.
 func (h *Head) RemoveWorker(ctx context.Context, worker string) error {
-	if err := h.st.RemoveWorker(ctx, worker, h.clk.Now()); err != nil {
+	if err := h.st.RemoveWorker(ctx, worker, h.clk.Now(), h.removeHold()); err != nil {
 		return err
 	}
 	h.log.Info("worker removed", "worker", worker)
@@ -54,7 +57,8 @@ func (h *Head) RemoveWorker(ctx context.Context, worker string) error {
 // Workload returns the head as the controller's Workload: a node is the
 // worker named by its machine id (the local provider starts
 // `tide worker --name <machine id>`). Cordon and Uncordon call Cordon, Busy
-// calls WorkerBusy.
+// calls WorkerBusy, Forget calls RemoveWorker, MachineDeleted calls
+// ReleaseHold.
 func (h *Head) Workload() controller.Workload { return workload{h} }
 
 type workload struct{ h *Head }
@@ -81,7 +85,8 @@ func (w workload) Busy(ctx context.Context, n controller.Node) (bool, error) {
 }
 
 // Forget drops the worker of a machine that is gone for good (controller.Forgetter):
-// its instances are requeued by their restart policy or failed at once. A
+// its instances are requeued by their restart policy (held until the
+// machine's deletion is confirmed, see RemoveWorker) or failed at once. A
 // worker that never registered is not an error. The machine's join
 // credentials are revoked first, so a worker still alive on it cannot
 // register again and take the requeued work.
@@ -96,3 +101,17 @@ func (w workload) Forget(ctx context.Context, n controller.Node) error {
 }
 
 var _ controller.Forgetter = workload{}
+
+// MachineDeleted ends the fence hold of the instances requeued from the
+// worker of a machine whose deletion the provider confirmed
+// (controller.DeletionObserver): the worker is named after its machine.
+// Idempotent: a second call finds nothing held.
+func (w workload) MachineDeleted(ctx context.Context, n controller.Node) error {
+	if n.MachineID == "" {
+		return nil
+	}
+	_, err := w.h.ReleaseHold(ctx, n.Pool, n.MachineID, n.MachineID)
+	return err
+}
+
+var _ controller.DeletionObserver = workload{}

@@ -160,8 +160,20 @@ func TestRemoveWorker(t *testing.T) {
 		t.Fatalf("second removal: %v", err)
 	}
 	e.register("w", 0) // a new worker of that name is not cordoned
+	// The removed worker's machine may still run attempt 1 (the controller
+	// forgets a worker before it deletes the machine): held, as from an
+	// OFFLINE worker, for removeHold or until the machine is deleted.
+	if in := e.instance(keep); in.NotBefore == nil || *in.NotBefore != e.clk.Now().Add(e.h.removeHold()).UTC().Format(api.TimeFormat) {
+		t.Fatalf("requeued on removal: not before %v, want %s", in.NotBefore, e.clk.Now().Add(e.h.removeHold()))
+	}
+	if e.schedule() != 0 {
+		t.Fatal("the requeued instance was placed while its old attempt may still run")
+	}
+	if err := e.h.Workload().(controller.DeletionObserver).MachineDeleted(ctx, controller.Node{MachineID: "w"}); err != nil {
+		t.Fatal(err)
+	}
 	if e.schedule() != 1 {
-		t.Fatal("the re-registered worker did not get the requeued instance")
+		t.Fatal("the re-registered worker did not get the requeued instance once the machine was deleted")
 	}
 }
 

@@ -1,7 +1,9 @@
 package head
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tide-project/tide/internal/api"
@@ -34,6 +36,26 @@ import (
 //     after the worker's deadline plus the grace period, when the SIGKILL
 //     has landed: the old attempt is gone before a new one can start.
 //
+// A pool controller that gives a machine up (lost, failed, reclaimed,
+// scaled away) has the head forget its worker first (RemoveWorker), before
+// it deletes the machine, possibly while that worker is still ONLINE and
+// running. The instances it requeues then are held too, for removeHold:
+// the worker's last successful heartbeat was sent at the latest at the
+// removal R, so its fence stops them by R + PollTimeout + OfflineAfter +
+// LivenessInterval + FenceMargin, plus the grace period; one more margin,
+// as above. (Its later heartbeats are refused, and a worker that registers
+// again under its name gets an empty desired set and stops them sooner.)
+//
+// The hold ends early when the lost worker's machine is known to be gone:
+// its pool controller saw the provider answer the machine's Delete with
+// NotFound (controller.DeletionObserver, the end state of Delete in the
+// provider contract), so the worker and every process it started no
+// longer exist and the old attempt cannot run. ReleaseHold then clears the
+// hold of the instances requeued from that worker at once. Nothing weaker
+// releases it: not OFFLINE, not a drain, not a Delete accepted but not yet
+// confirmed, not the worker being forgotten (RemoveWorker), which a pool
+// controller does before it deletes the machine.
+//
 // Limit: a partition that lets heartbeats reach the head but loses every
 // answer makes the worker fence while the head still counts it ONLINE;
 // the instances then end FAILED with the fence's reason and are requeued
@@ -51,6 +73,17 @@ func (h *Head) fenceHold() time.Duration {
 		return 0
 	}
 	return h.cfg.PollTimeout + h.cfg.LivenessInterval + 2*h.cfg.FenceMargin + h.cfg.DefaultGracePeriod
+}
+
+// removeHold is how long an instance requeued from a worker the head
+// forgets while it may still run (RemoveWorker) waits before it may be
+// placed again: fenceHold plus OfflineAfter, since that worker may have
+// heartbeated successfully up to the removal; 0 when the lease is off.
+func (h *Head) removeHold() time.Duration {
+	if !h.leaseOn() {
+		return 0
+	}
+	return h.fenceHold() + h.cfg.OfflineAfter
 }
 
 // lease is the lease's terms sent on every heartbeat answer; nil when off.
@@ -80,4 +113,45 @@ func instanceHeld(in *store.Instance, now time.Time) string {
 		return ""
 	}
 	return heldReason(in.NotBefore, in.HeldBy, in.Attempt, now)
+}
+
+// ReasonHoldReleased is the reason of the event ReleaseHold records.
+const ReasonHoldReleased = "hold-released"
+
+// ReleaseHold ends, at once, the fence hold of the instances requeued from
+// worker, whose machine (of pool) the caller knows for certain is deleted:
+// they become schedulable now instead of at their NotBefore. It records a
+// hold-released event and counts them in
+// tide_head_fence_holds_released_total, and returns their ids (none when
+// nothing was held). Only a confirmed deletion may call it (see the top of
+// this file): while the machine may exist, the hold is what keeps an
+// instance from running twice at once.
+func (h *Head) ReleaseHold(ctx context.Context, pool, worker, machine string) ([]string, error) {
+	ids, err := h.st.ReleaseHold(ctx, worker, h.clk.Now())
+	if err != nil || len(ids) == 0 {
+		return ids, err
+	}
+	h.m.released.Add(float64(len(ids)))
+	h.log.Info("fence hold released: machine deleted", "worker", worker, "machine", machine, "instances", ids)
+	h.Poke()
+	if err := h.RecordEvent(ctx, Event{Pool: pool, Node: machine, Type: "Normal", Reason: ReasonHoldReleased,
+		Message: fmt.Sprintf("hold released: worker %s's machine %s was deleted, so its old attempts cannot run; "+
+			"%s requeued from it may start at once", worker, machine, countedIDs(ids, 10))}); err != nil {
+		h.log.Warn("record hold-released event", "worker", worker, "err", err)
+	}
+	return ids, nil
+}
+
+// countedIDs says "instance a" or "3 instances: a, b, c", naming at most
+// limit of them.
+func countedIDs(ids []string, limit int) string {
+	if len(ids) == 1 {
+		return "instance " + ids[0]
+	}
+	named := ids[:min(len(ids), limit)]
+	s := fmt.Sprintf("%d instances: %s", len(ids), strings.Join(named, ", "))
+	if len(ids) > limit {
+		s += fmt.Sprintf(" and %d more", len(ids)-limit)
+	}
+	return s
 }

@@ -102,6 +102,8 @@ type metrics struct {
 	inflight   *prometheus.GaugeVec
 	toRunning  *prometheus.HistogramVec
 	offline    prometheus.Counter
+	// released counts instances whose fence hold ended early (fence.go).
+	released prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) metrics {
@@ -124,6 +126,8 @@ func newMetrics(reg *prometheus.Registry) metrics {
 			Help:    "Time from an instance becoming pending (its creation, or its requeue) to its first RUNNING report.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 17)}, []string{"pool"}),
 		offline: f.NewCounter(prometheus.CounterOpts{Name: "tide_head_workers_offline_total", Help: "Workers marked OFFLINE."}),
+		released: f.NewCounter(prometheus.CounterOpts{Name: "tide_head_fence_holds_released_total",
+			Help: "Instances whose fence hold was released before its end: their lost worker's machine was confirmed deleted."}),
 	}
 }
 

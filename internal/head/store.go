@@ -50,8 +50,9 @@ type Store interface {
 	ListWorkers(ctx context.Context) ([]*store.Worker, error)
 	MarkSuspect(ctx context.Context, cutoff time.Time) (int, error)
 	MarkOffline(ctx context.Context, cutoff, now time.Time, hold time.Duration) ([]string, error)
+	ReleaseHold(ctx context.Context, worker string, now time.Time) ([]string, error)
 	DeleteWorker(ctx context.Context, id string, now time.Time) error
-	RemoveWorker(ctx context.Context, id string, now time.Time) error
+	RemoveWorker(ctx context.Context, id string, now time.Time, hold time.Duration) error
 	DeleteOfflineWorkers(ctx context.Context, now time.Time) ([]string, error)
 	DesiredFor(ctx context.Context, worker string) (store.DesiredState, error)
 	SchedulingState(ctx context.Context) (*store.SchedulingState, error)

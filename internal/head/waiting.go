@@ -264,6 +264,11 @@ func (h *Head) waitRequest(in *store.Instance) WaitRequest {
 	h.mu.Lock()
 	why := h.waiting[in.ID]
 	h.mu.Unlock()
+	if strings.HasPrefix(why, "held until") && instanceHeld(in, h.clk.Now()) == "" {
+		// The last pass saw a fence hold that is over now, or was
+		// released (its worker's machine deleted): not a reason any more.
+		why = ""
+	}
 	return WaitRequest{Pool: in.Pool, Labels: in.Labels, Requests: r,
 		Targeted: in.TargetWorker != "" || len(in.RequestedGPUIndices) > 0, Scheduler: why}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
@@ -206,6 +207,36 @@ func (s *Store) MarkOffline(ctx context.Context, cutoff, now time.Time, hold tim
 	return ids, nil
 }
 
+// ReleaseHold clears the fence hold (NotBefore, HeldBy) of every PENDING
+// instance held by worker whose hold is still in force at now, so they may
+// be placed at once, and returns their ids in order. The caller must know
+// that nothing of worker's old attempts can still run: its machine's
+// deletion is confirmed (the provider answered NotFound). An OFFLINE or
+// removed worker alone is not enough; the hold is what keeps an instance
+// from running twice while the lost worker's fence stops the old attempt.
+// Holds already over, and instances of other workers, are left alone.
+func (s *Store) ReleaseHold(ctx context.Context, worker string, now time.Time) ([]string, error) {
+	rows, err := s.w.QueryContext(ctx, `UPDATE instances SET not_before = NULL, held_by = ''
+		WHERE status = 'PENDING' AND held_by = ? AND not_before > ? RETURNING id`, worker, now.UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("release hold of %s: %w", worker, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("release hold of %s: %w", worker, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("release hold of %s: %w", worker, err)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
 // DeleteWorker removes an OFFLINE worker. Its remaining instances become
 // FAILED (WORKER_DELETED), PENDING by restart policy, or CANCELLED.
 // ErrNotFound or ErrWorkerOnline otherwise.
@@ -215,7 +246,7 @@ func (s *Store) DeleteWorker(ctx context.Context, id string, now time.Time) erro
 		return fmt.Errorf("delete worker %s: begin: %w", id, err)
 	}
 	defer tx.Rollback()
-	if err := deleteWorkerTx(ctx, tx, id, now); err != nil {
+	if err := deleteWorkerTx(ctx, tx, id, now, 0); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -225,11 +256,17 @@ func (s *Store) DeleteWorker(ctx context.Context, id string, now time.Time) erro
 }
 
 // RemoveWorker deletes a worker whatever its status, as if it had gone
-// OFFLINE and been deleted in one transaction: its machine is known to be
-// gone. Its unfinished instances become FAILED (WORKER_DELETED), PENDING by
-// restart policy, or CANCELLED; its cordon is deleted. ErrNotFound if the
-// worker is unknown.
-func (s *Store) RemoveWorker(ctx context.Context, id string, now time.Time) error {
+// OFFLINE and been deleted in one transaction: its machine is being given
+// up (lost, failed, or terminated). Its unfinished instances become FAILED
+// (WORKER_DELETED), PENDING by restart policy, or CANCELLED; its cordon is
+// deleted. ErrNotFound if the worker is unknown.
+//
+// A requeued instance is held as MarkOffline holds one (NotBefore = now +
+// hold, HeldBy = the worker) when hold > 0: the machine may not be gone
+// yet, and its worker, which may still run the old attempt, stops it only
+// when its fence runs out. ReleaseHold ends the hold once the machine's
+// deletion is confirmed.
+func (s *Store) RemoveWorker(ctx context.Context, id string, now time.Time, hold time.Duration) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("remove worker %s: begin: %w", id, err)
@@ -238,7 +275,7 @@ func (s *Store) RemoveWorker(ctx context.Context, id string, now time.Time) erro
 	if _, err := tx.ExecContext(ctx, `UPDATE workers SET status = 'OFFLINE' WHERE id = ?`, id); err != nil {
 		return fmt.Errorf("remove worker %s: %w", id, err)
 	}
-	if err := deleteWorkerTx(ctx, tx, id, now); err != nil {
+	if err := deleteWorkerTx(ctx, tx, id, now, hold); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -247,7 +284,11 @@ func (s *Store) RemoveWorker(ctx context.Context, id string, now time.Time) erro
 	return nil
 }
 
-func deleteWorkerTx(ctx context.Context, tx *sql.Tx, id string, now time.Time) error {
+// deleteWorkerTx deletes the OFFLINE worker id in tx; instances it
+// requeues are held for hold (none when 0). DeleteWorker passes 0: an
+// OFFLINE worker has no ASSIGNED or RUNNING instance left to requeue (its
+// requeued ones were held when it went OFFLINE).
+func deleteWorkerTx(ctx context.Context, tx *sql.Tx, id string, now time.Time, hold time.Duration) error {
 	res, err := tx.ExecContext(ctx, `DELETE FROM workers WHERE id = ? AND status = 'OFFLINE'`, id)
 	if err != nil {
 		return fmt.Errorf("delete worker %s: %w", id, err)
@@ -268,7 +309,7 @@ func deleteWorkerTx(ctx context.Context, tx *sql.Tx, id string, now time.Time) e
 	}
 	if _, err := tx.ExecContext(ctx, deletedSQL, sql.Named("failure", 1), sql.Named("else", string(StatusFailed)),
 		sql.Named("reason", ReasonWorkerDeleted), sql.Named("now", now.UnixNano()), sql.Named("worker", id),
-		sql.Named("hold", 0)); err != nil {
+		sql.Named("hold", max(int64(hold), 0))); err != nil {
 		return fmt.Errorf("delete worker %s: instances: %w", id, err)
 	}
 	return nil
@@ -297,7 +338,7 @@ func (s *Store) DeleteOfflineWorkers(ctx context.Context, now time.Time) ([]stri
 	}
 	rows.Close()
 	for _, id := range ids {
-		if err := deleteWorkerTx(ctx, tx, id, now); err != nil {
+		if err := deleteWorkerTx(ctx, tx, id, now, 0); err != nil {
 			return nil, err
 		}
 	}

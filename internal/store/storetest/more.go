@@ -88,7 +88,8 @@ func testRemoveWorker(t *testing.T, open Opener) {
 	assign(t, s, "a", "w")
 	assign(t, s, "r", "w")
 	s.SetCordoned(ctx, "w", true, t0)
-	if err := s.RemoveWorker(ctx, "w", t0); err != nil {
+	hold := 90 * time.Second
+	if err := s.RemoveWorker(ctx, "w", t0, hold); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.GetWorker(ctx, "w"); !errors.Is(err, store.ErrNotFound) {
@@ -97,16 +98,31 @@ func testRemoveWorker(t *testing.T, open Opener) {
 	if got := mustGet(t, s, "a"); got.Status != store.StatusFailed || got.FailureReason != store.ReasonWorkerDeleted {
 		t.Fatalf("a: %s %q", got.Status, got.FailureReason)
 	}
-	if got := mustGet(t, s, "r"); got.Status != store.StatusPending || got.AssignedWorker != "" {
-		t.Fatalf("r: %s on %q, want requeued", got.Status, got.AssignedWorker)
+	// Requeued, and held as from an OFFLINE worker: the removed worker's
+	// machine may still run the old attempt until its fence stops it.
+	if got := mustGet(t, s, "r"); got.Status != store.StatusPending || got.AssignedWorker != "" ||
+		!got.NotBefore.Equal(t0.Add(hold)) || got.HeldBy != "w" {
+		t.Fatalf("r: %s on %q, not before %v held by %q; want requeued, held until %v by w",
+			got.Status, got.AssignedWorker, got.NotBefore, got.HeldBy, t0.Add(hold))
 	}
-	if err := s.RemoveWorker(ctx, "w", t0); !errors.Is(err, store.ErrNotFound) {
+	if err := s.RemoveWorker(ctx, "w", t0, hold); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("remove twice: %v", err)
 	}
 	// Its cordon went with it.
 	mustWorker(t, s, "w", 0)
 	if w, _ := s.GetWorker(ctx, "w"); w.Cordoned() {
 		t.Fatal("cordon survived the removal of its worker")
+	}
+	// Without a hold (a head that fences nothing) nothing is held.
+	z := newInst("z")
+	z.RestartPolicy, z.MaxRestarts = store.RestartOnFailure, 1
+	mustInsert(t, s, z)
+	assign(t, s, "z", "w")
+	if err := s.RemoveWorker(ctx, "w", t0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, "z"); got.Status != store.StatusPending || !got.NotBefore.IsZero() || got.HeldBy != "" {
+		t.Fatalf("z: %s, not before %v held by %q; want PENDING, unheld", got.Status, got.NotBefore, got.HeldBy)
 	}
 }
 
