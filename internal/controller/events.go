@@ -97,7 +97,11 @@ const (
 	ReasonGaveUp = "gave-up"
 	// ReasonJournalError: the journal refused a write; the step is retried.
 	ReasonJournalError = "journal-error"
-	// ReasonWorkloadError: a Workload call failed; it is retried.
+	// ReasonWorkloadError: a Workload call failed. A Busy call is asked
+	// again at the next tick (the node counts as busy meanwhile); a failed
+	// Forget or MachineDeleted is not retried: the head's liveness check
+	// then requeues the worker's work when it goes OFFLINE, and a fence
+	// hold runs its course.
 	ReasonWorkloadError = "workload-error"
 )
 

@@ -102,8 +102,9 @@ func heldReason(notBefore time.Time, heldBy string, attempt int64, now time.Time
 	if notBefore.IsZero() || !now.Before(notBefore) {
 		return ""
 	}
-	return fmt.Sprintf("held until %s (%s from now): worker %s went OFFLINE while it ran attempt %d, "+
-		"which that worker's fence stops by then; a new attempt starts only after, so the instance never runs twice at once",
+	return fmt.Sprintf("held until %s (%s from now): worker %s was lost (OFFLINE, or its machine given up) while it ran attempt %d, "+
+		"which that worker's fence stops by then; a new attempt starts only after (or once the machine is confirmed deleted), "+
+		"so the instance never runs twice at once",
 		notBefore.UTC().Format(time.RFC3339), notBefore.Sub(now).Round(time.Second), heldBy, attempt)
 }
 

@@ -55,7 +55,7 @@ func TestRequeuedInstanceHeldForFence(t *testing.T) {
 	if in.Status != "PENDING" || in.NotBefore == nil || *in.NotBefore != offAt.Add(hold).UTC().Format(api.TimeFormat) {
 		t.Fatalf("requeued: %s, not_before %v, want %s", in.Status, in.NotBefore, offAt.Add(hold))
 	}
-	if !strings.Contains(in.WaitingReason, "held until") || !strings.Contains(in.WaitingReason, "worker w1 went OFFLINE") {
+	if !strings.Contains(in.WaitingReason, "held until") || !strings.Contains(in.WaitingReason, "worker w1 was lost") {
 		t.Fatalf("waiting reason %q does not say why it is held", in.WaitingReason)
 	}
 	if p := e.instance(plain); p.Status != "UNKNOWN" || p.NotBefore != nil {
