@@ -442,6 +442,47 @@ func (t *txn) applyReport(worker, host string, r store.Report, now time.Time) (s
 	return in.Status, started, nil
 }
 
+// lateCompletion reports whether r is a late completion of old, as the
+// SQLite store's lateCompletedSQL decides: a successful COMPLETED report
+// of the very attempt old was requeued at, from the worker it was requeued
+// from (HeldBy), old still PENDING, unassigned, not cancelled, not
+// restart-always, its requeue counted in Restarts.
+func lateCompletion(old *store.Instance, worker string, r store.Report) bool {
+	return r.Status == store.ReportCompleted && (r.ExitCode == nil || *r.ExitCode == 0) &&
+		old.Status == store.StatusPending && old.Attempt == r.Attempt && old.HeldBy != "" && old.HeldBy == worker &&
+		old.AssignedWorker == "" && old.CancelRequestedAt.IsZero() && old.RestartPolicy != store.RestartAlways &&
+		old.Restarts > 0
+}
+
+// applyLateCompletion ends old COMPLETED from worker's late report r (see
+// lateCompletion) in t, with its attempt record: the instance key's
+// revision is compared at commit, so an Assign that commits first makes
+// this decide again (and find the instance placed), and one that commits
+// after finds it COMPLETED.
+func (t *txn) applyLateCompletion(old *store.Instance, worker string, r store.Report, now time.Time) (*store.LateCompletion, error) {
+	in := clone(old)
+	in.Status, in.ExitCode, in.FailureReason = store.StatusCompleted, r.ExitCode, ""
+	in.EndedAt, in.Restarts, in.AssignedWorker = now, old.Restarts-1, worker
+	in.NotBefore, in.HeldBy = time.Time{}, ""
+	if err := t.putInstance(old, in); err != nil {
+		return nil, err
+	}
+	k := t.s.kAttempt(in.ID, in.Attempt)
+	var rec store.AttemptRecord
+	ok, err := t.getJSON(k, &rec)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		rec = store.AttemptRecord{Attempt: in.Attempt, Worker: worker, AssignedAt: old.AssignedAt, StartedAt: old.StartedAt}
+	}
+	rec.Status, rec.EndedAt, rec.ExitCode, rec.Reason = store.StatusCompleted, now, r.ExitCode, ""
+	if err := t.putJSON(k, rec); err != nil {
+		return nil, err
+	}
+	return &store.LateCompletion{InstanceID: in.ID, Attempt: in.Attempt, Pool: in.Pool}, nil
+}
+
 func joinHostPort(host string, port int) string {
 	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
 		return fmt.Sprintf("[%s]:%d", host, port)
@@ -494,6 +535,7 @@ func addResults(a, b store.HeartbeatResult) store.HeartbeatResult {
 	a.Requeued += b.Requeued
 	a.Freed += b.Freed
 	a.Started = append(a.Started, b.Started...)
+	a.Late = append(a.Late, b.Late...)
 	return a
 }
 
@@ -522,6 +564,20 @@ func (s *Store) applyHeartbeat(ctx context.Context, hb store.HeartbeatInput, now
 			st, started, err := t.applyReport(hb.WorkerID, w.Host, r, now.UTC())
 			if err != nil {
 				return fmt.Errorf("heartbeat %s: %w", hb.WorkerID, err)
+			}
+			if st == "" && r.Status == store.ReportCompleted {
+				old, err := t.getInstance(r.InstanceID)
+				if err != nil {
+					return fmt.Errorf("heartbeat %s: %w", hb.WorkerID, err)
+				}
+				if old != nil && lateCompletion(old, hb.WorkerID, r) {
+					late, err := t.applyLateCompletion(old, hb.WorkerID, r, now.UTC())
+					if err != nil {
+						return fmt.Errorf("heartbeat %s: %w", hb.WorkerID, err)
+					}
+					res.Late = append(res.Late, *late)
+					st = store.StatusCompleted
+				}
 			}
 			if st == "" {
 				continue

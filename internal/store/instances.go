@@ -321,6 +321,32 @@ var (
 		`CASE WHEN cancel_requested_at IS NOT NULL THEN '' ELSE :reason END`, `'ASSIGNED','RUNNING','UNKNOWN'`)
 )
 
+// lateCompletedSQL accepts a COMPLETED report of attempt :attempt from
+// :worker for an instance requeued from that worker and not placed since:
+// PENDING at that very attempt (Assign increments it, so no later attempt
+// has begun), held by :worker (the worker it was requeued from with a
+// fence hold; only an assignment or a confirmed deletion clears held_by),
+// not assigned, no cancel requested. The attempt finished, so the instance
+// ends COMPLETED as if the report had come in time: the restart the
+// requeue counted is taken back, the hold cleared, and the worker recorded
+// again as the one that ran it. A restart-always instance is left alone:
+// its completion would have requeued it anyway. One UPDATE in the
+// heartbeat's transaction, so Assign (which needs PENDING) cannot place it
+// in between.
+const lateCompletedSQL = `UPDATE instances SET status = 'COMPLETED', exit_code = :exit, failure_reason = '',
+	last_report_at = :now, ended_at = :now, restarts = restarts - 1, assigned_worker = :worker,
+	not_before = NULL, held_by = ''
+	WHERE id = :id AND attempt = :attempt AND status = 'PENDING' AND held_by = :worker AND held_by != ''
+	AND assigned_worker IS NULL AND cancel_requested_at IS NULL AND restart_policy != 'always' AND restarts > 0
+	AND (:exit IS NULL OR :exit = 0)
+	RETURNING status, pool`
+
+// lateAttemptSQL ends the attempt record of a late completion: it ended
+// LOST at the requeue, and the attempts_progress trigger updates open
+// records only.
+const lateAttemptSQL = `UPDATE attempts SET status = 'COMPLETED', ended_at = :now, exit_code = :exit, reason = ''
+	WHERE instance_id = :id AND attempt = :attempt`
+
 const runningSQL = `UPDATE instances SET status = 'RUNNING', port = :port, endpoint = :endpoint, failure_reason = '',
 	started_at = COALESCE(started_at, :now), last_report_at = :now
 	WHERE id = :id AND attempt = :attempt AND assigned_worker = :worker AND status IN ('ASSIGNED','UNKNOWN')
@@ -347,6 +373,20 @@ type HeartbeatResult struct {
 	// Started lists the attempts that this heartbeat showed RUNNING for the
 	// first time.
 	Started []Started
+	// Late lists the late completions this heartbeat accepted: COMPLETED
+	// reports of attempts whose instance had been requeued from this worker
+	// and not placed since (see lateCompletedSQL). They count in Changed and
+	// Freed too.
+	Late []LateCompletion
+}
+
+// LateCompletion is a COMPLETED report accepted from the worker an
+// instance had been requeued from (OFFLINE or removed) before any new
+// attempt began: the instance ended COMPLETED instead of running again.
+type LateCompletion struct {
+	InstanceID string
+	Attempt    int64
+	Pool       string
 }
 
 // Started is an attempt seen RUNNING for the first time.
@@ -386,6 +426,16 @@ func (s *Store) ApplyHeartbeat(ctx context.Context, in HeartbeatInput, now time.
 		st, started, err := applyReport(ctx, tx, in.WorkerID, host, r, now)
 		if err != nil {
 			return res, fmt.Errorf("heartbeat %s: %w", in.WorkerID, err)
+		}
+		if st == "" && r.Status == ReportCompleted {
+			var late *LateCompletion
+			if late, err = applyLateCompletion(ctx, tx, in.WorkerID, r, now); err != nil {
+				return res, fmt.Errorf("heartbeat %s: %w", in.WorkerID, err)
+			}
+			if late != nil {
+				res.Late = append(res.Late, *late)
+				st = StatusCompleted
+			}
 		}
 		if st == "" {
 			continue
@@ -488,6 +538,25 @@ func applyReport(ctx context.Context, tx *sql.Tx, worker, host string, r Report,
 			Wait: max(time.Duration(started.Int64-queued.Int64), 0)}, nil
 	}
 	return Status(st), nil, nil
+}
+
+// applyLateCompletion applies a COMPLETED report that applyReport fenced
+// off when it is a late completion (lateCompletedSQL); nil otherwise.
+func applyLateCompletion(ctx context.Context, tx *sql.Tx, worker string, r Report, now time.Time) (*LateCompletion, error) {
+	args := []any{sql.Named("id", r.InstanceID), sql.Named("attempt", r.Attempt), sql.Named("worker", worker),
+		sql.Named("now", now.UnixNano()), sql.Named("exit", nullInt(r.ExitCode))}
+	var st, pool string
+	err := tx.QueryRowContext(ctx, lateCompletedSQL, args...).Scan(&st, &pool)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("late completion %s@%d: %w", r.InstanceID, r.Attempt, err)
+	}
+	if _, err := tx.ExecContext(ctx, lateAttemptSQL, args...); err != nil {
+		return nil, fmt.Errorf("late completion %s@%d: attempt: %w", r.InstanceID, r.Attempt, err)
+	}
+	return &LateCompletion{InstanceID: r.InstanceID, Attempt: r.Attempt, Pool: pool}, nil
 }
 
 func joinHostPort(host string, port int) string {

@@ -94,6 +94,8 @@ func Run(t *testing.T, open Opener, journal JournalOpener) {
 		{"UnknownInstanceSaysWhy", testUnknownInstanceSaysWhy},
 		{"OfflineHoldsRequeued", testOfflineHoldsRequeued},
 		{"ReleaseHold", testReleaseHold},
+		{"LateCompletion", testLateCompletion},
+		{"LateCompletionRacesAssign", testLateCompletionRacesAssign},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
