@@ -344,6 +344,9 @@ func (h *Head) Heartbeat(ctx context.Context, worker string, req *api.HeartbeatR
 		return nil, err
 	}
 	h.live.heard(worker, at)
+	if len(res.Late) > 0 {
+		h.lateCompleted(ctx, worker, res.Late)
+	}
 	if res.Freed > 0 || res.Requeued > 0 || w.Status != store.WorkerOnline {
 		h.Poke()
 	} else if len(res.Started) > 0 {

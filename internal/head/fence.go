@@ -63,6 +63,21 @@ import (
 // up on was stopped). A head that is down for longer than the lease has the
 // same effect.
 
+// Late completions. The lost worker may have finished the old attempt
+// before its fence ran out, and report it COMPLETED when it is heard from
+// again (a healed partition, or a worker that registers again after its
+// pool controller forgot it). When nothing has run the instance since,
+// that report ends it COMPLETED instead of it running a second time
+// (store.HeartbeatResult.Late): the store accepts it only for a successful
+// COMPLETED report of the very attempt the instance was requeued at, while
+// it is still PENDING at that attempt, unassigned, not cancelled, and held
+// by the reporting worker, in the heartbeat's own transaction. Every
+// assignment increments the attempt and clears HeldBy, so those
+// conditions say no other attempt has begun, and Assign, which needs
+// PENDING, cannot place it after. A FAILED or fenced attempt, a
+// restart-always instance (which its completion would requeue anyway), and
+// a hold released by a confirmed deletion keep the requeue.
+
 // leaseOn reports whether the fencing lease is on (FenceMargin ≥ 0).
 func (h *Head) leaseOn() bool { return h.cfg.FenceMargin >= 0 }
 
@@ -141,6 +156,25 @@ func (h *Head) ReleaseHold(ctx context.Context, pool, worker, machine string) ([
 		h.log.Warn("record hold-released event", "worker", worker, "err", err)
 	}
 	return ids, nil
+}
+
+// ReasonLateCompletion is the reason of the event a late completion
+// records.
+const ReasonLateCompletion = "late-completion"
+
+// lateCompleted records the late completions a heartbeat of worker had
+// the store accept (see the top of this file): a late-completion event for
+// each, counted in tide_head_late_completions_total.
+func (h *Head) lateCompleted(ctx context.Context, worker string, late []store.LateCompletion) {
+	h.m.late.Add(float64(len(late)))
+	for _, l := range late {
+		h.log.Info("late completion accepted", "worker", worker, "instance", l.InstanceID, "attempt", l.Attempt)
+		if err := h.RecordEvent(ctx, Event{Pool: l.Pool, Node: worker, Type: "Normal", Reason: ReasonLateCompletion,
+			Message: fmt.Sprintf("instance %s: worker %s, lost while it ran attempt %d, reported it COMPLETED; no other "+
+				"attempt had begun, so the instance is COMPLETED and will not run again", l.InstanceID, worker, l.Attempt)}); err != nil {
+			h.log.Warn("record late-completion event", "worker", worker, "instance", l.InstanceID, "err", err)
+		}
+	}
 }
 
 // countedIDs says "instance a" or "3 instances: a, b, c", naming at most

@@ -104,6 +104,8 @@ type metrics struct {
 	offline    prometheus.Counter
 	// released counts instances whose fence hold ended early (fence.go).
 	released prometheus.Counter
+	// late counts late completions accepted (fence.go).
+	late prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) metrics {
@@ -128,6 +130,8 @@ func newMetrics(reg *prometheus.Registry) metrics {
 		offline: f.NewCounter(prometheus.CounterOpts{Name: "tide_head_workers_offline_total", Help: "Workers marked OFFLINE."}),
 		released: f.NewCounter(prometheus.CounterOpts{Name: "tide_head_fence_holds_released_total",
 			Help: "Instances whose fence hold was released before its end: their lost worker's machine was confirmed deleted."}),
+		late: f.NewCounter(prometheus.CounterOpts{Name: "tide_head_late_completions_total",
+			Help: "Instances ended COMPLETED by a late report from the lost worker they were requeued from, before any new attempt began: not run again."}),
 	}
 }
 
