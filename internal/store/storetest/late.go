@@ -19,7 +19,8 @@ import (
 // in a desired set. Not accepted: an instance placed again (a new
 // attempt), a report of an older attempt, an instance held by another
 // worker, a FAILED report, a restart-always instance. A repeated report
-// changes nothing.
+// changes nothing. A worker removed (RemoveWorker) that registers again
+// under its name is accepted alike.
 func testLateCompletion(t *testing.T, open Opener) {
 	ctx := context.Background()
 	s := open(t)
@@ -133,6 +134,22 @@ func testLateCompletion(t *testing.T, open Opener) {
 	}
 	if got := mustGet(t, s, "x"); got.Status != store.StatusCompleted || !got.EndedAt.Equal(late) || got.Restarts != 0 {
 		t.Fatalf("x after a repeated report: %+v", got)
+	}
+
+	// A worker its pool controller forgot (RemoveWorker, with a hold) that
+	// registers again under its name and reports the attempt completed.
+	mustWorker(t, s, "r", 0)
+	rm := newInst("rm")
+	rm.RestartPolicy, rm.MaxRestarts = store.RestartOnFailure, 1
+	mustInsert(t, s, rm)
+	assign(t, s, "rm", "r")
+	if err := s.RemoveWorker(ctx, "r", late, hold); err != nil {
+		t.Fatal(err)
+	}
+	mustWorker(t, s, "r", 0)
+	res = report(t, s, "r", -1, store.Report{InstanceID: "rm", Attempt: 1, Status: store.ReportCompleted, ExitCode: ip(0)})
+	if got := mustGet(t, s, "rm"); len(res.Late) != 1 || got.Status != store.StatusCompleted || got.Restarts != 0 {
+		t.Fatalf("rm after its removed worker's late report: %s restarts %d, late %+v", got.Status, got.Restarts, res.Late)
 	}
 }
 
