@@ -36,8 +36,8 @@ func lostRunning(t *testing.T) (e *env, inst, tok1, tok2 string) {
 	return e, inst, tok1, tok2
 }
 
-// lateEvents returns the late-completion events recorded.
-func lateEvents(t *testing.T, e *env) []Event {
+// eventsOf returns the events of the given reason the head recorded.
+func eventsOf(t *testing.T, e *env, reason string) []Event {
 	t.Helper()
 	all, err := e.h.Events(context.Background(), store.EventFilter{})
 	if err != nil {
@@ -45,7 +45,7 @@ func lateEvents(t *testing.T, e *env) []Event {
 	}
 	var out []Event
 	for _, ev := range all {
-		if ev.Reason == ReasonLateCompletion {
+		if ev.Reason == reason {
 			out = append(out, ev)
 		}
 	}
@@ -76,7 +76,7 @@ func TestLateCompletionAccepted(t *testing.T) {
 	if v := counterValue(t, e.h.m.late); v != 1 {
 		t.Fatalf("tide_head_late_completions_total = %v, want 1", v)
 	}
-	evs := lateEvents(t, e)
+	evs := eventsOf(t, e, ReasonLateCompletion)
 	if len(evs) != 1 || evs[0].Node != "w1" || !strings.Contains(evs[0].Message, "instance "+inst) ||
 		!strings.Contains(evs[0].Message, "worker w1") || !strings.Contains(evs[0].Message, "attempt 1") ||
 		!strings.Contains(evs[0].Message, "will not run again") {
@@ -85,7 +85,7 @@ func TestLateCompletionAccepted(t *testing.T) {
 
 	// The worker reports the exited process once more before it forgets it.
 	e.heartbeat("w1", tok1, 0, api.InstanceReport{InstanceID: inst, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
-	if v := counterValue(t, e.h.m.late); v != 1 || len(lateEvents(t, e)) != 1 {
+	if v := counterValue(t, e.h.m.late); v != 1 || len(eventsOf(t, e, ReasonLateCompletion)) != 1 {
 		t.Fatalf("a repeated report counted again: %v", v)
 	}
 	e.clk.Advance(e.h.fenceHold())
@@ -114,7 +114,7 @@ func TestLateCompletionAfterReplacement(t *testing.T) {
 	if in.Status != "ASSIGNED" || in.Attempt != 2 || in.AssignedTo == nil || *in.AssignedTo != "w2" || in.Restarts != 1 {
 		t.Fatalf("re-placed instance after w1's stale report: %+v", in)
 	}
-	if v := counterValue(t, e.h.m.late); v != 0 || len(lateEvents(t, e)) != 0 {
+	if v := counterValue(t, e.h.m.late); v != 0 || len(eventsOf(t, e, ReasonLateCompletion)) != 0 {
 		t.Fatalf("a stale report counted as a late completion: %v", v)
 	}
 }
@@ -130,7 +130,7 @@ func TestLateFailureKeepsRequeue(t *testing.T) {
 		!strings.Contains(in.WaitingReason, "worker w1 was lost") {
 		t.Fatalf("after a late FAILED report: %+v", in)
 	}
-	if v := counterValue(t, e.h.m.late); v != 0 || len(lateEvents(t, e)) != 0 {
+	if v := counterValue(t, e.h.m.late); v != 0 || len(eventsOf(t, e, ReasonLateCompletion)) != 0 {
 		t.Fatalf("a FAILED report counted as a late completion: %v", v)
 	}
 }

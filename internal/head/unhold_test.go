@@ -19,7 +19,6 @@ import (
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/reconcile"
-	"github.com/tide-project/tide/internal/store"
 )
 
 // poolEnv is a head env with one pool "p" whose controller drives a
@@ -187,16 +186,7 @@ func TestHoldReleasedWhenMachineDeleted(t *testing.T) {
 	if v := counterValue(t, e.h.m.released); v != 1 {
 		t.Fatalf("tide_head_fence_holds_released_total = %v, want 1", v)
 	}
-	all, err := e.h.Events(context.Background(), store.EventFilter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var evs []Event
-	for _, ev := range all {
-		if ev.Reason == ReasonHoldReleased {
-			evs = append(evs, ev)
-		}
-	}
+	evs := eventsOf(t, e.env, ReasonHoldReleased)
 	want := "hold released: worker " + machine + "'s machine " + machine + " was deleted"
 	if len(evs) != 1 || !strings.HasPrefix(evs[0].Message, want) || !strings.Contains(evs[0].Message, inst) ||
 		evs[0].Pool != "p" || evs[0].Node != machine {
