@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/tide-project/tide/internal/agent"
@@ -105,6 +106,8 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 				return err
 			}
 			cfg.Logger = log
+			// /metrics on every head, with or without pools.
+			cfg.Registry = prometheus.NewRegistry()
 			scheme := "http"
 			if cfg.TLSCertFile != "" || cfg.TLSAuto {
 				scheme = "https"

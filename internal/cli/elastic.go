@@ -61,7 +61,16 @@ func newPoolsCmd(s Streams) *cobra.Command {
 			if out == "json" {
 				return writeJSONOut(s.Out, ps)
 			}
-			return printPools(s.Out, ps)
+			if err := printPools(s.Out, ps); err != nil {
+				return err
+			}
+			// The head's build, under the table; a head older than
+			// GET /version has no line.
+			if v, err := c.Version(cmd.Context()); err == nil {
+				_, err = fmt.Fprintf(s.Out, "\nhead: %s\n", v)
+				return err
+			}
+			return nil
 		},
 	}
 	cf.register(cmd)

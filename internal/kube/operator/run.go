@@ -31,6 +31,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/tide-project/tide/internal/buildinfo"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
 )
 
@@ -163,6 +164,9 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("manager: %w", err)
 	}
 	reg := prometheus.NewRegistry()
+	if err := buildinfo.Register(reg); err != nil {
+		return err
+	}
 	join, err := nodeJoin(rc, o)
 	if err != nil {
 		return err
