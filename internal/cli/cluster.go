@@ -21,6 +21,7 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/logfmt"
 	"github.com/tide-project/tide/internal/provider"
 )
 
@@ -33,19 +34,39 @@ func defaultDataDir(sub string) string {
 	return filepath.Join(home, ".tide", sub)
 }
 
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, badInput(fmt.Errorf("--log-level: want debug, info, warn or error, got %q", level))
+// logFlags are the --log-level and --log-format of a long-running command.
+type logFlags struct{ level, format string }
+
+func (l *logFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&l.level, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&l.format, "log-format", "text", "text, or json: one object a line with time, level, msg, component, pool, ...")
+}
+
+// logger is the command's logger on w, its records tagged with component.
+func (l *logFlags) logger(w io.Writer, component string) (*slog.Logger, error) {
+	log, err := logfmt.New(w, l.level, l.format, component)
+	if err != nil {
+		return nil, badInput(err)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return log, nil
+}
+
+// announcer returns how a command says where it is (listening on, joined):
+// a plain line on w, or with --log-format json a record of log, so that every
+// line a log pipeline reads is JSON.
+func (l *logFlags) announcer(w io.Writer, log *slog.Logger) func(msg string, args ...any) {
+	if l.format == "json" {
+		return func(msg string, args ...any) { log.Info(msg, args...) }
+	}
+	return func(msg string, _ ...any) { fmt.Fprintln(w, msg) }
 }
 
 func newHeadCmd(s Streams) *cobra.Command {
 	var (
 		cfg        head.Config
 		addr       string
-		logLevel   string
+		lf         logFlags
 		tlsMode    string
 		tlsSANs    []string
 		tlsCA      string
@@ -101,20 +122,24 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 				}
 				return err
 			}
-			log, err := newLogger(s.Err, logLevel)
+			log, err := lf.logger(s.Err, "head")
 			if err != nil {
 				return err
 			}
 			cfg.Logger = log
+			announce := lf.announcer(s.Err, log)
 			// /metrics on every head, with or without pools.
 			cfg.Registry = prometheus.NewRegistry()
 			scheme := "http"
 			if cfg.TLSCertFile != "" || cfg.TLSAuto {
 				scheme = "https"
 			}
-			cfg.OnListen = func(a net.Addr) { fmt.Fprintf(s.Err, "tide head listening on %s://%s\n", scheme, a) }
+			cfg.OnListen = func(a net.Addr) {
+				url := scheme + "://" + a.String()
+				announce("tide head listening on "+url, "url", url)
+			}
 			if configPath != "" {
-				return runHeadPools(cmd.Context(), s.Err, configPath, cfg)
+				return runHeadPools(cmd.Context(), announce, configPath, cfg)
 			}
 			if err := head.Run(cmd.Context(), cfg); err != nil {
 				if strings.HasPrefix(err.Error(), "head config:") {
@@ -147,7 +172,7 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 	f.DurationVar(&cfg.FenceMargin, "fence-margin", 5*time.Second, "safety margin of the fencing lease: a worker cut off from the head stops its restartable instances once its last heartbeat + poll timeout + offline-after + liveness interval + this margin has passed, and the head holds their re-run until then (+ grace period + margin); negative turns the lease off")
 	f.DurationVar(&cfg.SchedulerInterval, "scheduler-interval", 2*time.Second, "scheduling pass period when nothing changes")
 	f.DurationVar(&cfg.DefaultGracePeriod, "grace-period", 30*time.Second, "default SIGTERM→SIGKILL grace period of a cancel")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	lf.register(cmd)
 	f.StringVar(&configPath, "config", "", "pools configuration (YAML) to autoscale; re-read on SIGHUP")
 	f.StringVar(&cfg.Store, "store", "", "where the state lives: sqlite (default, under --data-dir) or etcd://host:2379,host:2379[/prefix], shared by several heads of which one leads")
 	f.StringVar(&cfg.EtcdCA, "etcd-ca", "", "with --store etcd://: PEM CA of etcd's certificates (talk TLS to etcd)")
@@ -227,7 +252,7 @@ func newWorkerCmd(s Streams) *cobra.Command {
 		cpu, memory, ports  string
 		gpus                int64
 		labels              []string
-		logLevel            string
+		lf                  logFlags
 		logMaxBytes, logMax string
 		bootstrapFile       string
 	)
@@ -251,6 +276,10 @@ the machine's Node agent, as 'tide kube node --bootstrap FILE' does: the
 other flags are then unused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := lf.logger(s.Err, "worker")
+			if err != nil {
+				return err
+			}
 			cfg.HeadURL = cf.head
 			if cfg.HeadURL == "" {
 				cfg.HeadURL = os.Getenv(client.EnvHead)
@@ -267,7 +296,6 @@ other flags are then unused.`,
 			if cfg.JoinToken == "" {
 				cfg.JoinToken = os.Getenv(client.EnvToken)
 			}
-			var err error
 			if cpu != "" {
 				if cfg.Resources.MilliCPU, err = capacity.ParseCPU(cpu); err != nil {
 					return badInput(fmt.Errorf("--cpu: %w", err))
@@ -309,19 +337,17 @@ other flags are then unused.`,
 				}
 				if provider.IsNodeJoin(data) {
 					// tide kube's machine: it joins as a Node.
-					return runNodeAgent(cmd.Context(), s, bootstrapFile, data, 0)
+					return runNodeAgent(cmd.Context(), log.With("component", "node-agent"), bootstrapFile, data, 0)
 				}
 				if err := useBootstrap(&cfg, bootstrapFile, data, cf.caCert != ""); err != nil {
 					return badInput(err)
 				}
 			}
-			log, err := newLogger(s.Err, logLevel)
-			if err != nil {
-				return err
-			}
 			cfg.Logger = log
+			announce := lf.announcer(s.Err, log)
 			cfg.OnReady = func(i agent.Info) {
-				fmt.Fprintf(s.Err, "tide worker %s joined %s (logs on %s, %s)\n", i.WorkerID, cfg.HeadURL, i.LogAddr, i.Resources)
+				announce(fmt.Sprintf("tide worker %s joined %s (logs on %s, %s)", i.WorkerID, cfg.HeadURL, i.LogAddr, i.Resources),
+					"worker", i.WorkerID, "head", cfg.HeadURL, "log_addr", i.LogAddr)
 			}
 			if err := agent.Run(cmd.Context(), cfg); err != nil {
 				if strings.HasPrefix(err.Error(), "worker config:") {
@@ -354,6 +380,6 @@ other flags are then unused.`,
 	f.DurationVar(&cfg.DefaultGracePeriod, "grace-period", agent.DefaultGracePeriod, "SIGTERM→SIGKILL grace when the head gives none")
 	f.DurationVar(&cfg.RetryMax, "retry-max", 5*time.Second, "longest wait between attempts to reach the head")
 	f.BoolVar(&cfg.StopOnExit, "stop-on-exit", false, "stop every instance when the worker exits (default: leave them to be adopted)")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	lf.register(cmd)
 	return cmd
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -17,7 +16,7 @@ import (
 // runHeadPools is `tide head --config FILE`: the head runs one pool
 // controller per pool of the file (the assembly `tide up` runs too), and
 // re-reads the file on SIGHUP.
-func runHeadPools(ctx context.Context, stderr io.Writer, path string, hc head.Config) error {
+func runHeadPools(ctx context.Context, announce func(msg string, args ...any), path string, hc head.Config) error {
 	scheme := "http"
 	if hc.TLSCertFile != "" {
 		scheme = "https"
@@ -26,7 +25,8 @@ func runHeadPools(ctx context.Context, stderr io.Writer, path string, hc head.Co
 		ConfigPath: path, Head: hc, Name: "tide head", ControllerID: "tide-head", Logger: hc.Logger,
 		Registry: hc.Registry,
 		OnListen: func(addr net.Addr) {
-			fmt.Fprintf(stderr, "tide head listening on %s://%s with the pools of %s (SIGHUP re-reads it)\n", scheme, addr, path)
+			url := scheme + "://" + addr.String()
+			announce(fmt.Sprintf("tide head listening on %s with the pools of %s (SIGHUP re-reads it)", url, path), "url", url, "config", path)
 		},
 	})
 	if err != nil {

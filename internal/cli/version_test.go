@@ -32,7 +32,7 @@ func TestVersionCommandAndFlag(t *testing.T) {
 // headURL waits for a running head's "listening on URL" line and returns the URL.
 func headURL(t *testing.T, d *daemon) string {
 	t.Helper()
-	re := regexp.MustCompile(`tide head listening on (\S+)`)
+	re := regexp.MustCompile(`tide head listening on ([^\s"]+)`)
 	var url string
 	waitUntil(t, 20*time.Second, "the head's listening line", func() bool {
 		m := re.FindStringSubmatch(d.stderr.String())
