@@ -17,8 +17,10 @@ import (
 // controller per pool of the file (the assembly `tide up` runs too), and
 // re-reads the file on SIGHUP.
 func runHeadPools(ctx context.Context, announce func(msg string, args ...any), path string, hc head.Config) error {
+	// --tls auto serves HTTPS only, like --tls-cert: the announced URL is
+	// the one that works.
 	scheme := "http"
-	if hc.TLSCertFile != "" {
+	if hc.TLSCertFile != "" || hc.TLSAuto {
 		scheme = "https"
 	}
 	a, err := assembly.New(ctx, assembly.Config{
