@@ -67,6 +67,7 @@ func newHeadCmd(s Streams) *cobra.Command {
 		cfg        head.Config
 		addr       string
 		lf         logFlags
+		tokenFiles tokenFileFlags
 		tlsMode    string
 		tlsSANs    []string
 		tlsCA      string
@@ -109,6 +110,9 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 					addr = net.JoinHostPort(strings.Trim(addr, "[]"), strconv.Itoa(cfg.Port))
 				}
 				cfg.Addr = addr
+			}
+			if err := tokenFiles.read(&cfg.Token, &cfg.JoinToken); err != nil {
+				return err
 			}
 			if cfg.Token == "" {
 				cfg.Token = os.Getenv(client.EnvToken)
@@ -156,6 +160,8 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir("head"), "directory of the head's SQLite database")
 	f.StringVar(&cfg.Token, "token", "", "admin token required by the API (env "+client.EnvToken+")")
 	f.StringVar(&cfg.JoinToken, "join-token", "", "token workers register with (env TIDE_JOIN_TOKEN)")
+	f.StringVar(&tokenFiles.admin, "token-file", "", "file holding the admin token (e.g. a systemd credential), instead of --token")
+	f.StringVar(&tokenFiles.join, "join-token-file", "", "file holding the join token, instead of --join-token")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "allow listening beyond loopback without a token")
 	f.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate (PEM); serves HTTPS with --tls-key")
 	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key (PEM)")
@@ -180,6 +186,37 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 	f.StringVar(&cfg.EtcdKey, "etcd-key", "", "with --etcd-cert: its private key (PEM)")
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 3*time.Second, "with --store etcd://: the leader's election lease; a standby takes over about this long after the leader dies")
 	return cmd
+}
+
+// tokenFileFlags name files that hold tokens, so that a token never shows in
+// a command line (ps, /proc) or an environment: systemd's LoadCredential
+// hands them over this way (deploy/systemd).
+type tokenFileFlags struct{ admin, join string }
+
+// read puts the files' tokens into admin and join (nil: not this
+// command's); a flag given both ways, or an empty file, is refused.
+func (t tokenFileFlags) read(admin, join *string) error {
+	for _, f := range []struct {
+		flag, path string
+		into       *string
+	}{{"--token-file", t.admin, admin}, {"--join-token-file", t.join, join}} {
+		if f.path == "" || f.into == nil {
+			continue
+		}
+		if *f.into != "" {
+			return badInput(fmt.Errorf("%s: the token is also given on the command line; give it one way", f.flag))
+		}
+		data, err := os.ReadFile(f.path)
+		if err != nil {
+			return badInput(fmt.Errorf("%s: %w", f.flag, err))
+		}
+		tok := strings.TrimSpace(string(data))
+		if tok == "" || strings.ContainsAny(tok, "\n\r") {
+			return badInput(fmt.Errorf("%s %s: want one line holding the token", f.flag, f.path))
+		}
+		*f.into = tok
+	}
+	return nil
 }
 
 // headTLS applies --tls auto (or --tls-ca with --tls-cert) to cfg.
@@ -253,6 +290,7 @@ func newWorkerCmd(s Streams) *cobra.Command {
 		gpus                int64
 		labels              []string
 		lf                  logFlags
+		tokenFiles          tokenFileFlags
 		logMaxBytes, logMax string
 		bootstrapFile       string
 	)
@@ -286,6 +324,9 @@ other flags are then unused.`,
 			}
 			if cfg.HeadURL == "" {
 				cfg.HeadURL = client.DefaultHead
+			}
+			if err := tokenFiles.read(nil, &cfg.JoinToken); err != nil {
+				return err
 			}
 			if cfg.JoinToken == "" {
 				cfg.JoinToken = os.Getenv("TIDE_JOIN_TOKEN")
@@ -365,6 +406,7 @@ other flags are then unused.`,
 	f.StringVar(&bootstrapFile, "bootstrap", "", "join with a bootstrap blob: a file, or - for standard input (sets the head, CA, pool, name and credential)")
 	f.StringVar(&cfg.Name, "name", "", "stable worker name (target_worker); default: the name kept in --data-dir, else a new id")
 	f.StringVar(&cfg.JoinToken, "join-token", "", "join token (env TIDE_JOIN_TOKEN)")
+	f.StringVar(&tokenFiles.join, "join-token-file", "", "file holding the join token (e.g. a systemd credential), instead of --join-token")
 	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir("worker"), "identity, process records and logs")
 	f.StringVar(&cpu, "cpu", "", "CPU to offer, cores or millicores (\"8\", \"7500m\"); default: all")
 	f.StringVar(&memory, "memory", "", "memory to offer (\"16Gi\"); default: the machine's or cgroup's")

@@ -62,3 +62,31 @@ func TestEveryLongRunningCommandTakesLogFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenFiles: the head reads its admin and join tokens from files
+// (systemd credentials), a worker its join token; the tokens work, and an
+// empty file or a token given twice is refused.
+func TestTokenFiles(t *testing.T) {
+	dir := t.TempDir()
+	admin := writeFile(t, dir, "admin-token", "adm-secret\n")
+	join := writeFile(t, dir, "join-token", "join-secret\n")
+	h := startDaemon(t, "head", "--port", "0", "--data-dir", t.TempDir(), "--token-file", admin, "--join-token-file", join)
+	url := headURL(t, h)
+	if code, _, _ := runCLI("pools", "--head", url, "--token", "wrong"); code != ExitError {
+		t.Errorf("a wrong token: exit %d, want 1", code)
+	}
+	mustCLI(t, "pools", "--head", url, "--token", "adm-secret")
+	w := startDaemon(t, "worker", "--head", url, "--join-token-file", join, "--name", "w1", "--data-dir", t.TempDir(), "--cpu", "1", "--memory", "1Gi")
+	waitUntil(t, 20*time.Second, "the worker joined", func() bool { return strings.Contains(w.stderr.String(), "tide worker w1 joined") })
+
+	empty := writeFile(t, dir, "empty", "\n")
+	for _, args := range [][]string{
+		{"head", "--data-dir", dir + "/h1", "--token-file", empty},
+		{"head", "--data-dir", dir + "/h2", "--token", "x", "--token-file", admin},
+		{"worker", "--data-dir", dir + "/w", "--join-token-file", dir + "/missing"},
+	} {
+		if code, _, errs := runCLI(args...); code != ExitUsage || !strings.Contains(errs, "token-file") {
+			t.Errorf("tide %s: exit %d, stderr %q; want 2 naming the flag", strings.Join(args, " "), code, errs)
+		}
+	}
+}
