@@ -2,13 +2,16 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tide-project/tide/deploy"
+	"github.com/tide-project/tide/internal/buildinfo"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
 	"github.com/tide-project/tide/internal/kube/operator"
 )
@@ -69,17 +72,45 @@ Then run the controller (two replicas: one holds the Lease and acts):
 }
 
 func newKubeInstallCmd(s Streams) *cobra.Command {
-	return &cobra.Command{
-		Use:   "install",
-		Short: "Print the NodePool CRD and the controller's RBAC (the files under deploy/)",
+	var withDeployment bool
+	var image string
+	cmd := &cobra.Command{
+		Use:   "install [--deployment [--image REF]]",
+		Short: "Print the NodePool CRD and the controller's RBAC, and with --deployment tide kube's Deployment (the files under deploy/)",
 		Long: `install prints the NodePool CustomResourceDefinition and the RBAC the controller
-needs, as one YAML stream; pipe it to kubectl apply -f -.`,
+needs, as one YAML stream; pipe it to kubectl apply -f -. With --deployment it
+adds tide kube itself: a Deployment of two replicas on a Lease (probes on
+:8081, metrics on :8080), its metrics Service and a PodDisruptionBudget, running
+--image (default ` + "`" + `ghcr.io/tide-project/tide:<this version>` + "`" + `). deploy/kustomization.yaml
+is the same set for kubectl apply -k.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := s.Out.Write(deploy.All())
+			if !withDeployment {
+				if cmd.Flags().Changed("image") {
+					return badInput(errors.New("--image goes with --deployment"))
+				}
+				_, err := s.Out.Write(deploy.All())
+				return err
+			}
+			if image == "" {
+				image = "ghcr.io/tide-project/tide:" + imageTag(buildinfo.Get().Version)
+			}
+			_, err := s.Out.Write(deploy.AllWithDeployment(image))
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&withDeployment, "deployment", false, "also print tide kube's Deployment, metrics Service and PodDisruptionBudget")
+	cmd.Flags().StringVar(&image, "image", "", "with --deployment: the image to run (default ghcr.io/tide-project/tide:<this version>)")
+	return cmd
+}
+
+// imageTag is the tag of this build's image: its version, or latest for a
+// build that has none.
+func imageTag(version string) string {
+	if version == "" || version == "devel" || strings.ContainsAny(version, "+/") {
+		return "latest"
+	}
+	return version
 }
 
 func newKubeNodeCmd(s Streams) *cobra.Command {
