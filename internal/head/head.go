@@ -110,7 +110,7 @@ type metrics struct {
 	late prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry) metrics {
+func newMetrics(reg Registry) metrics {
 	var r prometheus.Registerer
 	if reg != nil {
 		r = reg
