@@ -45,9 +45,10 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/head"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/build"
 	"github.com/tide-project/tide/internal/provider/netns"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Config configures an assembly.
@@ -225,7 +226,7 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 	// The controllers' blob names the head only: each machine's own blob,
 	// with a credential scoped to it, is minted when it is configured
 	// (joining).
-	boot, err := provider.Bootstrap{Head: headURL(h.Scheme(), a.ln.Addr()), Token: "minted-per-machine"}.Marshal()
+	boot, err := tideprovider.Bootstrap{Head: headURL(h.Scheme(), a.ln.Addr()), Token: "minted-per-machine"}.Marshal()
 	if err != nil {
 		releaseProviders()
 		a.closeEarly()

@@ -8,7 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/tide-project/tide/internal/head"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // joining hands each machine its own bootstrap blob: Configure mints a

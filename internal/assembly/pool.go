@@ -18,10 +18,11 @@ import (
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/head"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/build"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/internal/store"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // pool is one running pool: its provider, controller and autoscale loop.
@@ -140,7 +141,7 @@ func (a *Assembly) newPool(ctx context.Context, pc config.Pool, build func() (pr
 		}
 	}
 	ctl, err := controller.New(a.controllerConfig(pc), controller.Deps{
-		Provider: provider.Instrument(joining{Provider: prov, head: a.h, headURL: url}, a.cfg.Registry, provider.WithName(pc.Provider.Type)),
+		Provider: tideprovider.Instrument(joining{Provider: prov, head: a.h, headURL: url}, a.cfg.Registry, tideprovider.WithName(pc.Provider.Type)),
 		Journal:  journal,
 		Workload: a.h.Workload(),
 		Clock:    clock.Real{},

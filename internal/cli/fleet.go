@@ -30,10 +30,10 @@ import (
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
 	"github.com/tide-project/tide/internal/fleet/fleetpb"
 	"github.com/tide-project/tide/internal/fleet/shardctl"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/strictjson"
 	"github.com/tide-project/tide/internal/validate"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // EnvFleet names the environment variable with the fleet API's address.

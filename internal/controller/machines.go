@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // drainPhase is where a node is in a drain.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tide-project/tide/internal/fleet"
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // slot returns the controller's side of a shard slot, growing the table.

@@ -16,7 +16,7 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/fleet"
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // ErrDeposed is returned (wrapped) once another controller holds the shard:

@@ -19,7 +19,7 @@ import (
 	"github.com/tide-project/tide/internal/kube/nodepool"
 	"github.com/tide-project/tide/internal/kube/workload"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider/kwok"
+	"github.com/tide-project/tide/internal/kube/kwok"
 )
 
 // TestPoolControllerOnKwokNodes runs tide's pool controller (the one

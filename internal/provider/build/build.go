@@ -18,11 +18,11 @@ import (
 
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/config"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/local"
 	"github.com/tide-project/tide/internal/provider/netns"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/strictjson"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Env is what a provider may use from the process that runs it.

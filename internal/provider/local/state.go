@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // recordVersion is the version of the files this package writes.
