@@ -21,8 +21,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider"
 )
 

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // The worker's half of the fencing lease (issue 16; the head's half and

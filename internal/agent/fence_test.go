@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 var fenceStart = time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider/aws/awstest"
 )
 

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/agent"
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 const adminToken = "admin-token"

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // Pools lists every pool with its desired, ready, pending and draining

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 var t0 = time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)

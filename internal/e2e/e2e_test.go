@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 var tideBin string

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/controller"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider/plugin"
 	"github.com/tide-project/tide/sdk/provider"
 )

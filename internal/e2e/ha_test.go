@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // etcdMember is one member of a Debian etcd-server cluster on loopback.

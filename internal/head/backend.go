@@ -17,8 +17,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/store"
 	"github.com/tide-project/tide/internal/submit"
@@ -49,7 +49,9 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-func bad(format string, args ...any) error { return httpapi.Errorf(http.StatusBadRequest, format, args...) }
+func bad(format string, args ...any) error {
+	return httpapi.Errorf(http.StatusBadRequest, format, args...)
+}
 
 // Submit validates a submit request and stores its instances (one per
 // replica) in one transaction. submit.Check runs the checks that need no

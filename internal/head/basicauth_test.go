@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // lockedBuffer is a log sink shared by the head's goroutines.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/etcdstore"
 	"github.com/tide-project/tide/internal/fleet/etcdtest"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 

@@ -32,9 +32,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/scheduler"
 	"github.com/tide-project/tide/internal/store"
 	"github.com/tide-project/tide/internal/webui"

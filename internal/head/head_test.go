@@ -16,9 +16,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider"
 )
 

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 

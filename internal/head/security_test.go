@@ -18,8 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/store"
 )

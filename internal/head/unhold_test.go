@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/controller"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/reconcile"

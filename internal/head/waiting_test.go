@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 

@@ -21,9 +21,9 @@ import (
 
 	"github.com/tide-project/tide/internal/chaostest"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/controller"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 	"github.com/tide-project/tide/sdk/provider"
 )

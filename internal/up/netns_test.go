@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/netnstest"
 	"github.com/tide-project/tide/internal/provider/netns"
 )

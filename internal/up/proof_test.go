@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // The proofs of the elastic-pools issue not covered by up_test.go: a fixed

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // tideBin is the tide binary the pools' workers run, built once.

@@ -15,9 +15,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/up"
 )
 

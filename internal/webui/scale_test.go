@@ -10,9 +10,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // bigHead serves a head with one autoscaled pool of 1,000 nodes (each a

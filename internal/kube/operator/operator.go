@@ -49,11 +49,11 @@ import (
 	"github.com/tide-project/tide/internal/kube/demand"
 	kubejournal "github.com/tide-project/tide/internal/kube/journal"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
+	"github.com/tide-project/tide/internal/kube/kwok"
 	"github.com/tide-project/tide/internal/kube/nodepool"
 	"github.com/tide-project/tide/internal/kube/workload"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/provider/build"
-	"github.com/tide-project/tide/internal/kube/kwok"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/sdk/provider"
 )
