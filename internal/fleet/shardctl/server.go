@@ -29,8 +29,9 @@ func (s *Server) SendNeeds(ctx context.Context, req *fleetv1.SendNeedsRequest) (
 	if err != nil {
 		return nil, GRPCError(err)
 	}
+	reqs, machines := s.c.operatorView(id)
 	return &fleetv1.SendNeedsResponse{Shard: uint32(s.c.cfg.Shard), ShardAddress: s.c.cfg.Address,
-		ClusterId: uint32(id)}, nil
+		ClusterId: uint32(id), Requests: reqs, Machines: machines}, nil
 }
 
 // Status describes this shard.
