@@ -486,7 +486,10 @@ type SendNeedsResponse struct {
 	// clusters only); each stays listed until answered or moot.
 	Requests []*OperatorRequest `protobuf:"bytes,5,rep,name=requests,proto3" json:"requests,omitempty"`
 	// machines are the shard's machines bound to the cluster.
-	Machines      []*ClusterMachine `protobuf:"bytes,6,rep,name=machines,proto3" json:"machines,omitempty"`
+	Machines []*ClusterMachine `protobuf:"bytes,6,rep,name=machines,proto3" json:"machines,omitempty"`
+	// shortfalls are the shard's unmet demand in the profiles the cluster
+	// needs: why the cluster may get fewer machines than it asks for.
+	Shortfalls    []*Shortfall `protobuf:"bytes,7,rep,name=shortfalls,proto3" json:"shortfalls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -559,6 +562,13 @@ func (x *SendNeedsResponse) GetRequests() []*OperatorRequest {
 func (x *SendNeedsResponse) GetMachines() []*ClusterMachine {
 	if x != nil {
 		return x.Machines
+	}
+	return nil
+}
+
+func (x *SendNeedsResponse) GetShortfalls() []*Shortfall {
+	if x != nil {
+		return x.Shortfalls
 	}
 	return nil
 }
@@ -1277,7 +1287,7 @@ const file_api_fleetv1_fleet_proto_rawDesc = "" +
 	"\rdrain_time_ms\x18\x05 \x01(\x03R\vdrainTimeMs\x12\x1a\n" +
 	"\btopology\x18\x06 \x01(\tR\btopology\"M\n" +
 	"\x10SendNeedsRequest\x129\n" +
-	"\x05needs\x18\x01 \x01(\v2#.tide.fleet.v1.ClusterCapacityNeedsR\x05needs\"\x89\x02\n" +
+	"\x05needs\x18\x01 \x01(\v2#.tide.fleet.v1.ClusterCapacityNeedsR\x05needs\"\xc3\x02\n" +
 	"\x11SendNeedsResponse\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12#\n" +
 	"\rshard_address\x18\x02 \x01(\tR\fshardAddress\x12\x1d\n" +
@@ -1285,7 +1295,10 @@ const file_api_fleetv1_fleet_proto_rawDesc = "" +
 	"cluster_id\x18\x03 \x01(\rR\tclusterId\x12#\n" +
 	"\rfirst_contact\x18\x04 \x01(\bR\ffirstContact\x12:\n" +
 	"\brequests\x18\x05 \x03(\v2\x1e.tide.fleet.v1.OperatorRequestR\brequests\x129\n" +
-	"\bmachines\x18\x06 \x03(\v2\x1d.tide.fleet.v1.ClusterMachineR\bmachines\"\x0f\n" +
+	"\bmachines\x18\x06 \x03(\v2\x1d.tide.fleet.v1.ClusterMachineR\bmachines\x128\n" +
+	"\n" +
+	"shortfalls\x18\a \x03(\v2\x18.tide.fleet.v1.ShortfallR\n" +
+	"shortfalls\"\x0f\n" +
 	"\rStatusRequest\"\x9c\x01\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12B\n" +
@@ -1388,21 +1401,22 @@ var file_api_fleetv1_fleet_proto_depIdxs = []int32{
 	0,  // 2: tide.fleet.v1.SendNeedsRequest.needs:type_name -> tide.fleet.v1.ClusterCapacityNeeds
 	2,  // 3: tide.fleet.v1.SendNeedsResponse.requests:type_name -> tide.fleet.v1.OperatorRequest
 	3,  // 4: tide.fleet.v1.SendNeedsResponse.machines:type_name -> tide.fleet.v1.ClusterMachine
-	9,  // 5: tide.fleet.v1.StatusResponse.coordinator:type_name -> tide.fleet.v1.CoordinatorStatus
-	10, // 6: tide.fleet.v1.StatusResponse.shards:type_name -> tide.fleet.v1.ShardStatus
-	13, // 7: tide.fleet.v1.ShortfallsResponse.shortfalls:type_name -> tide.fleet.v1.Shortfall
-	14, // 8: tide.fleet.v1.ShortfallsResponse.directives:type_name -> tide.fleet.v1.Directive
-	5,  // 9: tide.fleet.v1.Fleet.SendNeeds:input_type -> tide.fleet.v1.SendNeedsRequest
-	7,  // 10: tide.fleet.v1.Fleet.Status:input_type -> tide.fleet.v1.StatusRequest
-	11, // 11: tide.fleet.v1.Fleet.Shortfalls:input_type -> tide.fleet.v1.ShortfallsRequest
-	6,  // 12: tide.fleet.v1.Fleet.SendNeeds:output_type -> tide.fleet.v1.SendNeedsResponse
-	8,  // 13: tide.fleet.v1.Fleet.Status:output_type -> tide.fleet.v1.StatusResponse
-	12, // 14: tide.fleet.v1.Fleet.Shortfalls:output_type -> tide.fleet.v1.ShortfallsResponse
-	12, // [12:15] is the sub-list for method output_type
-	9,  // [9:12] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	13, // 5: tide.fleet.v1.SendNeedsResponse.shortfalls:type_name -> tide.fleet.v1.Shortfall
+	9,  // 6: tide.fleet.v1.StatusResponse.coordinator:type_name -> tide.fleet.v1.CoordinatorStatus
+	10, // 7: tide.fleet.v1.StatusResponse.shards:type_name -> tide.fleet.v1.ShardStatus
+	13, // 8: tide.fleet.v1.ShortfallsResponse.shortfalls:type_name -> tide.fleet.v1.Shortfall
+	14, // 9: tide.fleet.v1.ShortfallsResponse.directives:type_name -> tide.fleet.v1.Directive
+	5,  // 10: tide.fleet.v1.Fleet.SendNeeds:input_type -> tide.fleet.v1.SendNeedsRequest
+	7,  // 11: tide.fleet.v1.Fleet.Status:input_type -> tide.fleet.v1.StatusRequest
+	11, // 12: tide.fleet.v1.Fleet.Shortfalls:input_type -> tide.fleet.v1.ShortfallsRequest
+	6,  // 13: tide.fleet.v1.Fleet.SendNeeds:output_type -> tide.fleet.v1.SendNeedsResponse
+	8,  // 14: tide.fleet.v1.Fleet.Status:output_type -> tide.fleet.v1.StatusResponse
+	12, // 15: tide.fleet.v1.Fleet.Shortfalls:output_type -> tide.fleet.v1.ShortfallsResponse
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_api_fleetv1_fleet_proto_init() }

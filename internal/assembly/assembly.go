@@ -150,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 	}
 	a := &Assembly{cfg: cfg, log: log, pools: map[string]*pool{}, errs: make(chan error, 16)}
 	a.env = build.Env{MachinesDir: filepath.Join(cfg.Head.DataDir, "machines"), Binary: cfg.Binary, Logger: log, Clock: clock.Real{},
-		Join: a.joinBlob}
+		Join: a.joinBlob, Preempt: a.preempt}
 	pools := cfg.Pools
 	source := "pools"
 	if cfg.ConfigPath != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/tide-project/tide/internal/head"
 	"github.com/tide-project/tide/sdk/provider"
@@ -129,4 +130,15 @@ func (a *Assembly) joinBlob(ctx context.Context, pool, machine, headURL string) 
 		}
 	}
 	return a.h.MintBootstrap(ctx, pool, machine, headURL)
+}
+
+// preempt is the fleet taking a machine of a fleet-backed pool back: the
+// head cordons its worker and moves its restartable work off now; the rest
+// runs until the fleet drains the machine.
+func (a *Assembly) preempt(ctx context.Context, pool, machine, why string, grace time.Duration) error {
+	if a.h == nil {
+		return errors.New("the head is not running yet")
+	}
+	_, err := a.h.Preempt(ctx, pool, machine, why, grace)
+	return err
 }

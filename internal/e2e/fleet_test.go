@@ -27,7 +27,10 @@ type fleetRig struct {
 	*cluster
 	etcd     *etcdtest.Server
 	coord    string // the coordinator's Fleet API address
+	conf     string // the fleet's configuration file
 	shardDir string
+	coordD   *daemon
+	shardD   *daemon
 	heads    map[string]*client.Client
 }
 
@@ -41,13 +44,22 @@ const fleetConfig = `{
 func startFleet(t *testing.T) *fleetRig {
 	t.Helper()
 	r := &fleetRig{cluster: newCluster(t), etcd: etcdtest.Start(t), heads: map[string]*client.Client{}}
-	conf := filepath.Join(r.dir, "fleet.json")
-	if err := os.WriteFile(conf, []byte(fleetConfig), 0o600); err != nil {
+	r.conf = filepath.Join(r.dir, "fleet.json")
+	if err := os.WriteFile(r.conf, []byte(fleetConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r.coord = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	r.start("coordinator", "fleet", "coordinator", "--etcd", r.etcd.Endpoint(), "--listen", r.coord, "--config", conf,
-		"--interval", "500ms", "--lease-ttl", "2s")
+	r.shardDir = filepath.Join(r.dir, "shard")
+	r.startCoordinator()
+	r.startShard()
+	return r
+}
+
+// startCoordinator starts the coordinator and waits until it leads.
+func (r *fleetRig) startCoordinator() {
+	r.t.Helper()
+	r.coordD = r.start("coordinator", "fleet", "coordinator", "--etcd", r.etcd.Endpoint(), "--listen", r.coord,
+		"--config", r.conf, "--interval", "500ms", "--lease-ttl", "2s")
 	r.waitFor(20*time.Second, "the coordinator to lead", func() (bool, string) {
 		st, err := r.fleetStatus()
 		if err != nil {
@@ -55,8 +67,12 @@ func startFleet(t *testing.T) *fleetRig {
 		}
 		return st.GetCoordinator().GetLeader(), "not leading"
 	})
-	r.shardDir = filepath.Join(r.dir, "shard")
-	r.start("shard", "fleet", "shard", "--etcd", r.etcd.Endpoint(), "--shard", "1", "--data-dir", r.shardDir,
+}
+
+// startShard starts shard 1's controller and waits until it is live.
+func (r *fleetRig) startShard() {
+	r.t.Helper()
+	r.shardD = r.start("shard", "fleet", "shard", "--etcd", r.etcd.Endpoint(), "--shard", "1", "--data-dir", r.shardDir,
 		"--interval", "250ms", "--lease-ttl", "2s")
 	r.waitFor(30*time.Second, "shard 1 to run", func() (bool, string) {
 		st, err := r.fleetStatus()
@@ -70,7 +86,6 @@ func startFleet(t *testing.T) *fleetRig {
 		}
 		return false, "shard 1 not live"
 	})
-	return r
 }
 
 func (r *fleetRig) fleetStatus() (*fleetv1.StatusResponse, error) {
@@ -152,15 +167,21 @@ func (r *fleetRig) runAll(c *client.Client, n int, cmd string) []string {
 	r.t.Helper()
 	var ids []string
 	for i := 0; i < n; i++ {
-		cpu, mem := 1.0, int64(16)
-		res, err := c.Submit(context.Background(), &httpapi.SubmitRequest{Command: &cmd,
-			ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		ids = append(ids, res.InstanceID)
+		ids = append(ids, r.submit1(c, cmd, false))
 	}
 	return ids
+}
+
+// submit1 submits one instance of one CPU.
+func (r *fleetRig) submit1(c *client.Client, cmd string, restartable bool) string {
+	r.t.Helper()
+	cpu, mem := 1.0, int64(16)
+	res, err := c.Submit(context.Background(), &httpapi.SubmitRequest{Command: &cmd, Restartable: &restartable,
+		ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return res.InstanceID
 }
 
 func (r *fleetRig) waitDone(c *client.Client, ids []string, timeout time.Duration) map[string]string {
@@ -249,5 +270,172 @@ func TestFleetServesTwoHeads(t *testing.T) {
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("A's credential of machine %s (worker %s) answered %d, want 401", id, bl.Machine, resp.StatusCode)
 		}
+	}
+}
+
+// TestFleetPreemptsForHigherPriority: the fleet's quota is held by A's
+// long-running work when B asks at a much higher priority. The shard drains
+// one of A's machines for B (drain first, a 10 s grace for a priority gap
+// above 900,000): A cordons it and moves its restartable instance off at
+// once, a non-restartable instance runs until the grace has passed, and B's
+// work runs on the machine. A's events say why.
+func TestFleetPreemptsForHigherPriority(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, a coordinator, a shard and two heads")
+	}
+	r := startFleet(t)
+	a := r.startHead("a", 100)
+	b := r.startHead("b", 950000)
+	keep := r.submit1(a, "sleep 600", false)
+	move := r.submit1(a, "sleep 600", true)
+	r.waitFor(90*time.Second, "A's two instances to run", func() (bool, string) {
+		for _, id := range []string{keep, move} {
+			in, err := a.Instance(context.Background(), id)
+			if err != nil || in.Status != "RUNNING" {
+				return false, fmt.Sprintf("%s: %v %v", id, deref(in), err)
+			}
+		}
+		return true, ""
+	})
+	before, _ := a.Instance(context.Background(), move)
+	workerOf := map[string]string{}
+	for _, id := range []string{keep, move} {
+		in, _ := a.Instance(context.Background(), id)
+		workerOf[id] = fmt.Sprint(deref(in.AssignedTo))
+	}
+	idB := r.submit1(b, "echo on-b; sleep 15", false)
+
+	// A hears of the preemption first: an event naming B.
+	var ev httpapi.EventJSON
+	r.waitFor(60*time.Second, "A's preempted event", func() (bool, string) {
+		evs, err := a.Events(context.Background(), client.EventOptions{Limit: 500})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs {
+			if e.Reason == "preempted" {
+				ev = e
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none preempted", len(evs))
+	})
+	if !strings.Contains(ev.Message, "cluster b") {
+		t.Errorf("the preempted event does not name B: %q", ev.Message)
+	}
+	t.Logf("A: %s", ev.Message)
+	victimRan := ""
+	for _, id := range []string{keep, move} {
+		if workerOf[id] == ev.Node {
+			victimRan = id
+		}
+	}
+	switch victimRan {
+	case move:
+		// Moved off at once: a new attempt, never FAILED.
+		r.waitFor(10*time.Second, "the restartable instance to move", func() (bool, string) {
+			in, _ := a.Instance(context.Background(), move)
+			off := in.Status == "PENDING" || in.Attempt > before.Attempt && in.Status != "FAILED"
+			return off, fmt.Sprintf("%s attempt %d on %v", in.Status, in.Attempt, deref(in.AssignedTo))
+		})
+	case keep:
+		// Runs on until the grace has passed.
+		until := ev.Time.Add(8 * time.Second)
+		for time.Now().Before(until) {
+			if in, _ := a.Instance(context.Background(), keep); in.Status != "RUNNING" {
+				t.Fatalf("the non-restartable instance on the preempted machine ended %s after the preemption, before its 10s grace: %+v",
+					time.Since(ev.Time), deref(in))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	default:
+		t.Fatalf("the preempted worker %s ran neither of A's instances", ev.Node)
+	}
+	r.waitFor(60*time.Second, "B's instance to run", func() (bool, string) {
+		in, err := b.Instance(context.Background(), idB)
+		return err == nil && in.Status == "RUNNING", fmt.Sprint(deref(in), err)
+	})
+	// While B holds the machine, A's pool says what it asked, what it has
+	// and why it has no more.
+	r.waitFor(30*time.Second, "A's pool to show its shortfall", func() (bool, string) {
+		ps, err := a.Pools(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range ps {
+			if f := p.Fleet; p.Name == "fa" && f != nil {
+				ok := f.Cluster == "a" && f.Shard == 1 && f.Short >= 1 && strings.Contains(f.Why, "at priority 100")
+				return ok, fmt.Sprintf("%+v", *f)
+			}
+		}
+		return false, "pool fa has no fleet status"
+	})
+	r.waitDone(b, []string{idB}, 90*time.Second)
+	if got := r.machines(); len(got) != 2 {
+		t.Errorf("the shard's provider has machines %v, want the quota's 2", got)
+	}
+	// The other of A's instances was never touched.
+	other := keep
+	if victimRan == keep {
+		other = move
+	}
+	if in, _ := a.Instance(context.Background(), other); in.Status != "RUNNING" || in.Attempt != 1 {
+		t.Errorf("A's instance on the machine not preempted: %+v", deref(in))
+	}
+}
+
+// TestFleetDownClustersKeepRunning: static stability. With the shard and the
+// coordinator killed (-9) and etcd stopped, a head's work keeps running on
+// the machines it has, and its pool says the fleet is unreachable; once the
+// fleet is back, the shard adopts its machines (nothing created again) and
+// new work gets a new machine.
+func TestFleetDownClustersKeepRunning(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, a coordinator, a shard and a head")
+	}
+	r := startFleet(t)
+	a := r.startHead("a", 100)
+	first := r.submit1(a, "sleep 600", false)
+	running := func(id string) (bool, string) {
+		in, err := a.Instance(context.Background(), id)
+		if err != nil {
+			return false, err.Error()
+		}
+		return in.Status == "RUNNING" && in.Attempt == 1, fmt.Sprintf("%s attempt %d", in.Status, in.Attempt)
+	}
+	r.waitFor(60*time.Second, "A's instance to run", func() (bool, string) { return running(first) })
+	before := r.machines()
+
+	r.kill9(r.shardD)
+	r.kill9(r.coordD)
+	r.etcd.Stop()
+	r.waitFor(20*time.Second, "A's pool to say the fleet is unreachable", func() (bool, string) {
+		ps, err := a.Pools(context.Background())
+		if err != nil || len(ps) == 0 || ps[0].Fleet == nil {
+			return false, fmt.Sprint(ps, err)
+		}
+		return ps[0].Fleet.LastError != "", fmt.Sprintf("%+v", *ps[0].Fleet)
+	})
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		if ok, why := running(first); !ok {
+			t.Fatalf("with the fleet down A's instance is %s", why)
+		}
+		ps, _ := a.Pools(context.Background())
+		if len(ps) != 1 || ps[0].Ready != 1 {
+			t.Fatalf("with the fleet down A's pool is %+v, want its one node ready", ps)
+		}
+	}
+
+	r.etcd.Restart()
+	r.startCoordinator()
+	r.startShard()
+	second := r.submit1(a, "sleep 600", false)
+	r.waitFor(90*time.Second, "new work to get a machine once the fleet is back", func() (bool, string) { return running(second) })
+	if ok, why := running(first); !ok {
+		t.Errorf("A's first instance after the fleet came back: %s", why)
+	}
+	after := r.machines()
+	if len(after) != 2 || !strings.Contains(strings.Join(after, ","), before[0]) {
+		t.Errorf("machines %v after the fleet came back, want the adopted %v and one new", after, before)
 	}
 }

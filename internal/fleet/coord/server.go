@@ -97,7 +97,7 @@ func (s *Server) SendNeeds(ctx context.Context, req *fleetv1.SendNeedsRequest) (
 		return nil, err
 	}
 	// What the shard asks of an operator cluster travels back through here too.
-	resp.Requests, resp.Machines = sr.GetRequests(), sr.GetMachines()
+	resp.Requests, resp.Machines, resp.Shortfalls = sr.GetRequests(), sr.GetMachines(), sr.GetShortfalls()
 	return resp, nil
 }
 

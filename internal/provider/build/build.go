@@ -45,6 +45,9 @@ type Env struct {
 	// address); nil where there is no cluster to join (a fleet shard).
 	// Fleet-backed pools need it: the fleet asks them for each blob.
 	Join func(ctx context.Context, pool, machine, headURL string) ([]byte, error)
+	// Preempt tells this process's cluster that the fleet takes one of a
+	// pool's machines back after grace (why is for its events); nil with Join.
+	Preempt func(ctx context.Context, pool, machine, why string, grace time.Duration) error
 }
 
 // Types lists the provider types New builds.

@@ -56,7 +56,7 @@ func fleetProvider(pc config.Pool, env Env) (func() (provider.Provider, error), 
 	if o.Priority < 0 {
 		errs = append(errs, fmt.Errorf("provider.options.priority: must not be negative, got %d", o.Priority))
 	}
-	if env.Join == nil {
+	if env.Join == nil || env.Preempt == nil {
 		errs = append(errs, errors.New("provider.type: fleet pools need a cluster their machines join (a head)"))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -69,15 +69,21 @@ func fleetProvider(pc config.Pool, env Env) (func() (provider.Provider, error), 
 		return fleet.New(fleet.Config{Coordinator: o.Coordinator, Cluster: o.Cluster, Pool: pc.Name, Priority: o.Priority,
 			InterruptionPenalty: o.InterruptionPenalty, Profile: o.Profile, Offerings: pc.Offerings,
 			StateDir: filepath.Join(env.MachinesDir, pc.Name), Period: time.Duration(o.Period),
-			Joiner: joinFunc(func(ctx context.Context, pool, machine string) ([]byte, error) {
-				return env.Join(ctx, pool, machine, o.HeadURL)
-			}), Clock: env.Clock, Logger: env.Logger.With("component", "fleet-provider")})
+			Joiner: joiner{env: env, headURL: o.HeadURL}, Clock: env.Clock,
+			Logger: env.Logger.With("component", "fleet-provider")})
 	}, nil
 }
 
-// joinFunc is a fleet.Joiner from a function.
-type joinFunc func(ctx context.Context, pool, machine string) ([]byte, error)
+// joiner is a fleet.Joiner over the process's cluster (env.Join, env.Preempt).
+type joiner struct {
+	env     Env
+	headURL string
+}
 
-func (f joinFunc) Blob(ctx context.Context, pool, machine string) ([]byte, error) {
-	return f(ctx, pool, machine)
+func (j joiner) Blob(ctx context.Context, pool, machine string) ([]byte, error) {
+	return j.env.Join(ctx, pool, machine, j.headURL)
+}
+
+func (j joiner) Preempt(ctx context.Context, pool, machine, why string, grace time.Duration) error {
+	return j.env.Preempt(ctx, pool, machine, why, grace)
 }

@@ -18,14 +18,16 @@
 //	     ──► bind F→X, blob for X ──► shard Configures F ──► F listed configured ──► X Configured
 //	Drain(X) ──► need-1, release F ──► shard drains F at once ──► F gone ──► X Idle
 //	Delete(X) ──► release F (if bound) ──► F gone ──► NotFound
-//	shard cordons F (preemption) ──► X announces ReclaimAt = now + grace ──► the pool replaces X
+//	shard cordons F (preemption) ──► cluster cordons X, moves restartable work ──► F drained after grace ──► X gone
 //
 // A cluster's pool never holds a machine it did not ask for: a machine the
 // shard lists for the cluster that no claim holds is released at once, and
 // a bootstrap request with no waiting claim is refused. A machine leaves the
 // cluster only when the pool drains or deletes its claim, or by the fleet's
-// priority preemption, which is announced as a reclaim notice with the
-// grace the shard waits before draining it.
+// priority preemption: the shard's cordon request reaches the cluster
+// (Joiner.Preempt: no new work there, restartable work moves off at once,
+// the rest runs until the shard drains the machine after the grace its
+// priority gap sets), and the claim is gone once the machine has left.
 //
 // Static stability: the claims and their bindings are kept in a file under
 // the pool's state directory, so a restarted head adopts its machines; when

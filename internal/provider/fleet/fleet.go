@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,10 +31,15 @@ const (
 	DefaultCallTimeout = 5 * time.Second
 )
 
-// Joiner makes the blob that joins one of the pool's machines to the
-// cluster (for a tide head, a credential that registers only that worker).
+// Joiner is the cluster side of the pool's machines.
 type Joiner interface {
+	// Blob makes the blob that joins one of the pool's machines to the
+	// cluster (for a tide head, a credential that registers only that worker).
 	Blob(ctx context.Context, pool, machine string) ([]byte, error)
+	// Preempt tells the cluster the fleet takes the machine back after
+	// grace: stop placing work there and move what may move (why is for
+	// its events).
+	Preempt(ctx context.Context, pool, machine, why string, grace time.Duration) error
 }
 
 // Config configures a fleet-backed pool's provider.
@@ -83,9 +89,11 @@ type claim struct {
 	Leaving bool `json:"leaving,omitempty"`
 	// Deleted is set by Delete.
 	Deleted bool `json:"deleted,omitempty"`
-	// ReclaimAt and Reason announce a preemption by the fleet.
-	ReclaimAt time.Time `json:"reclaim_at,omitzero"`
-	Reason    string    `json:"reason,omitempty"`
+	// Preempted is set once the fleet takes the machine back for a need
+	// of higher priority (Reason says which); the claim no longer counts
+	// in the needs, and is gone once the fleet has drained the machine.
+	Preempted bool   `json:"preempted,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // stateFile is the provider's durable state.
@@ -120,6 +128,8 @@ type Provider struct {
 
 // Status is what the pool asked of the fleet and what it was granted.
 type Status struct {
+	// Cluster is the cluster's name in the fleet.
+	Cluster string
 	// Asked counts the machines the needs ask for, per profile.
 	Asked map[string]int32
 	// Granted counts the machines bound to the cluster, per profile.
@@ -130,6 +140,11 @@ type Status struct {
 	LastError string
 	// Shard is the cluster's shard.
 	Shard uint32
+	// Short counts the machines asked for and not granted; Why says what
+	// the shard lacks (its shortfall at the pool's priority), or that
+	// machines are on their way.
+	Short int32
+	Why   string
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -220,6 +235,7 @@ func (p *Provider) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.status
+	s.Cluster = p.cfg.Cluster
 	s.Asked, s.Granted = maps.Clone(s.Asked), maps.Clone(s.Granted)
 	return s
 }
@@ -380,8 +396,7 @@ func (p *Provider) stateOf(c *claim) provider.State {
 
 func (p *Provider) machineOf(c *claim) provider.Machine {
 	m := provider.Machine{ID: c.ID, Pool: p.cfg.Pool, Offering: c.Offering, State: p.stateOf(c),
-		Labels: maps.Clone(c.Labels), CreatedAt: c.Created, UpdatedAt: c.Updated, ReclaimAt: c.ReclaimAt,
-		Reason: c.Reason}
+		Labels: maps.Clone(c.Labels), CreatedAt: c.Created, UpdatedAt: c.Updated}
 	switch m.State {
 	case provider.Configuring, provider.Configured, provider.Draining:
 		m.Host, m.Cluster = c.Machine, p.cfg.Cluster
@@ -441,7 +456,7 @@ func (p *Provider) needs() *fleetv1.ClusterCapacityNeeds {
 		if _, ok := count[c.Profile]; !ok {
 			count[c.Profile] = 0
 		}
-		if !c.Leaving && c.ReclaimAt.IsZero() {
+		if !c.Leaving && !c.Preempted {
 			count[c.Profile]++
 		}
 	}
@@ -505,6 +520,7 @@ func (p *Provider) send(ctx context.Context) bool {
 		}
 	}
 	changed := p.observe(resp.GetMachines())
+	p.explain(resp.GetShortfalls())
 	for _, r := range resp.GetRequests() {
 		changed = p.handle(ctx, r) || changed
 	}
@@ -538,7 +554,7 @@ func (p *Provider) observe(ms []*fleetv1.ClusterMachine) bool {
 		st, ok := listed[c.Machine]
 		was := *c
 		switch {
-		case !ok && (c.Leaving || c.Joined):
+		case !ok && (c.Leaving || c.Joined || c.Preempted):
 			// Left the cluster: given back, or taken by the fleet.
 			if c.Deleted {
 				delete(p.st.Claims, id)
@@ -546,10 +562,12 @@ func (p *Provider) observe(ms []*fleetv1.ClusterMachine) bool {
 			} else if c.Leaving {
 				c.Machine = ""
 			} else {
-				// Gone without the pool giving it back: the pool sees it lost.
+				// Taken back (a preemption), or lost: the pool sees it gone.
 				delete(p.st.Claims, id)
 				p.st.Gone[id] = true
-				p.log.Warn("fleet: a machine left the cluster without being given back", "claim", id, "machine", c.Machine)
+				if !c.Preempted {
+					p.log.Warn("fleet: a machine left the cluster without being given back", "claim", id, "machine", c.Machine)
+				}
 			}
 			changed = true
 		case !ok:
@@ -594,7 +612,7 @@ func (p *Provider) handle(ctx context.Context, r *fleetv1.OperatorRequest) bool 
 				c = x // asked again (an answer was lost): the same claim
 				break
 			}
-			if c == nil && x.Machine == "" && !x.Leaving && x.ReclaimAt.IsZero() && x.Profile == r.GetProfile() {
+			if c == nil && x.Machine == "" && !x.Leaving && !x.Preempted && x.Profile == r.GetProfile() {
 				c = x
 			}
 		}
@@ -614,15 +632,45 @@ func (p *Provider) handle(ctx context.Context, r *fleetv1.OperatorRequest) bool 
 		return changed
 	case "cordon":
 		for _, c := range p.st.Claims {
-			if c.Machine == r.GetMachine() && !c.Leaving && c.ReclaimAt.IsZero() {
-				c.ReclaimAt = now.Add(time.Duration(r.GetGraceMs()) * time.Millisecond)
-				c.Reason, c.Updated = r.GetReason(), now
-				if c.Reason == "" {
-					c.Reason = "taken back by the fleet"
-				}
-				return true
+			if c.Machine != r.GetMachine() || c.Leaving || c.Preempted {
+				continue
 			}
+			why := r.GetReason()
+			if why == "" {
+				why = "taken back by the fleet"
+			}
+			grace := time.Duration(r.GetGraceMs()) * time.Millisecond
+			if err := p.cfg.Joiner.Preempt(ctx, p.cfg.Pool, c.ID, why, grace); err != nil {
+				p.log.Warn("fleet: telling the cluster of a preemption", "claim", c.ID, "err", err)
+				return false // told again with the next answer
+			}
+			c.Preempted, c.Reason, c.Updated = true, why, now
+			return true
 		}
 	}
 	return false
+}
+
+// explain sets the status's shortfall and why; p.mu held.
+func (p *Provider) explain(sfs []*fleetv1.Shortfall) {
+	short, why := int32(0), ""
+	for _, prof := range slices.Sorted(maps.Keys(p.status.Asked)) {
+		d := p.status.Asked[prof] - p.status.Granted[prof]
+		if d <= 0 {
+			continue
+		}
+		short += d
+		reason := fmt.Sprintf("%d of profile %s on their way", d, prof)
+		for _, sf := range sfs {
+			if sf.GetProfile() == prof && sf.GetPriority() == p.cfg.Priority {
+				reason = fmt.Sprintf("shard %d is short of %d machine(s) of profile %s at priority %d for %d cycle(s)",
+					sf.GetShard(), sf.GetCount(), prof, sf.GetPriority(), sf.GetAge())
+				if sf.GetEscalated() {
+					reason += ", escalated to the coordinator"
+				}
+			}
+		}
+		why = strings.TrimPrefix(why+"; "+reason, "; ")
+	}
+	p.status.Short, p.status.Why = short, why
 }
