@@ -485,8 +485,12 @@ type SendNeedsResponse struct {
 	// requests are what the shard asks of the cluster's operator (operator
 	// clusters only); each stays listed until answered or moot.
 	Requests []*OperatorRequest `protobuf:"bytes,5,rep,name=requests,proto3" json:"requests,omitempty"`
-	// machines are the shard's machines bound to the cluster.
-	Machines []*ClusterMachine `protobuf:"bytes,6,rep,name=machines,proto3" json:"machines,omitempty"`
+	// machines are the shard's machines bound to the cluster, when
+	// machines_listed is set (a shard that has just started, or has just
+	// heard from the cluster for the first time, has not listed them yet:
+	// an empty list then says nothing).
+	Machines       []*ClusterMachine `protobuf:"bytes,6,rep,name=machines,proto3" json:"machines,omitempty"`
+	MachinesListed bool              `protobuf:"varint,8,opt,name=machines_listed,json=machinesListed,proto3" json:"machines_listed,omitempty"`
 	// shortfalls are the shard's unmet demand in the profiles the cluster
 	// needs: why the cluster may get fewer machines than it asks for.
 	Shortfalls    []*Shortfall `protobuf:"bytes,7,rep,name=shortfalls,proto3" json:"shortfalls,omitempty"`
@@ -564,6 +568,13 @@ func (x *SendNeedsResponse) GetMachines() []*ClusterMachine {
 		return x.Machines
 	}
 	return nil
+}
+
+func (x *SendNeedsResponse) GetMachinesListed() bool {
+	if x != nil {
+		return x.MachinesListed
+	}
+	return false
 }
 
 func (x *SendNeedsResponse) GetShortfalls() []*Shortfall {
@@ -1287,7 +1298,7 @@ const file_api_fleetv1_fleet_proto_rawDesc = "" +
 	"\rdrain_time_ms\x18\x05 \x01(\x03R\vdrainTimeMs\x12\x1a\n" +
 	"\btopology\x18\x06 \x01(\tR\btopology\"M\n" +
 	"\x10SendNeedsRequest\x129\n" +
-	"\x05needs\x18\x01 \x01(\v2#.tide.fleet.v1.ClusterCapacityNeedsR\x05needs\"\xc3\x02\n" +
+	"\x05needs\x18\x01 \x01(\v2#.tide.fleet.v1.ClusterCapacityNeedsR\x05needs\"\xec\x02\n" +
 	"\x11SendNeedsResponse\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12#\n" +
 	"\rshard_address\x18\x02 \x01(\tR\fshardAddress\x12\x1d\n" +
@@ -1295,7 +1306,8 @@ const file_api_fleetv1_fleet_proto_rawDesc = "" +
 	"cluster_id\x18\x03 \x01(\rR\tclusterId\x12#\n" +
 	"\rfirst_contact\x18\x04 \x01(\bR\ffirstContact\x12:\n" +
 	"\brequests\x18\x05 \x03(\v2\x1e.tide.fleet.v1.OperatorRequestR\brequests\x129\n" +
-	"\bmachines\x18\x06 \x03(\v2\x1d.tide.fleet.v1.ClusterMachineR\bmachines\x128\n" +
+	"\bmachines\x18\x06 \x03(\v2\x1d.tide.fleet.v1.ClusterMachineR\bmachines\x12'\n" +
+	"\x0fmachines_listed\x18\b \x01(\bR\x0emachinesListed\x128\n" +
 	"\n" +
 	"shortfalls\x18\a \x03(\v2\x18.tide.fleet.v1.ShortfallR\n" +
 	"shortfalls\"\x0f\n" +

@@ -98,6 +98,7 @@ func (s *Server) SendNeeds(ctx context.Context, req *fleetv1.SendNeedsRequest) (
 	}
 	// What the shard asks of an operator cluster travels back through here too.
 	resp.Requests, resp.Machines, resp.Shortfalls = sr.GetRequests(), sr.GetMachines(), sr.GetShortfalls()
+	resp.MachinesListed = sr.GetMachinesListed()
 	return resp, nil
 }
 

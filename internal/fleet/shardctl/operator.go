@@ -33,6 +33,7 @@ type opCluster struct {
 	requests map[string]*fleetv1.OperatorRequest // by machine
 	answers  map[string]*fleetv1.BootstrapAnswer // by machine
 	machines []*fleetv1.ClusterMachine
+	listed   bool // machines has been computed since the cluster became an operator
 }
 
 // clusterOperator is the default Operator. A cluster that is its own
@@ -102,12 +103,12 @@ func (c *Controller) noteOperator(id fleet.ClusterID, m *fleetv1.ClusterCapacity
 
 // operatorView lists what the shard asks of the cluster and the machines
 // bound to it, for its SendNeeds answer.
-func (c *Controller) operatorView(id fleet.ClusterID) ([]*fleetv1.OperatorRequest, []*fleetv1.ClusterMachine) {
+func (c *Controller) operatorView(id fleet.ClusterID) ([]*fleetv1.OperatorRequest, []*fleetv1.ClusterMachine, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	oc := c.operators[id]
 	if oc == nil {
-		return nil, nil
+		return nil, nil, false
 	}
 	reqs := make([]*fleetv1.OperatorRequest, 0, len(oc.requests))
 	for _, r := range oc.requests {
@@ -116,7 +117,7 @@ func (c *Controller) operatorView(id fleet.ClusterID) ([]*fleetv1.OperatorReques
 		}
 	}
 	slices.SortFunc(reqs, func(a, b *fleetv1.OperatorRequest) int { return strings.Compare(a.GetMachine(), b.GetMachine()) })
-	return reqs, oc.machines
+	return reqs, oc.machines, oc.listed
 }
 
 // refreshOperators lists, once a cycle, the machines bound to each operator
@@ -155,7 +156,7 @@ func (c *Controller) refreshOperators() {
 	for cid, oc := range c.operators {
 		ms := bound[cid]
 		slices.SortFunc(ms, func(a, b *fleetv1.ClusterMachine) int { return strings.Compare(a.GetMachine(), b.GetMachine()) })
-		oc.machines = ms
+		oc.machines, oc.listed = ms, true
 		state := map[string]string{}
 		for _, m := range ms {
 			state[m.GetMachine()] = m.GetState()

@@ -29,9 +29,9 @@ func (s *Server) SendNeeds(ctx context.Context, req *fleetv1.SendNeedsRequest) (
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	reqs, machines := s.c.operatorView(id)
+	reqs, machines, listed := s.c.operatorView(id)
 	resp := &fleetv1.SendNeedsResponse{Shard: uint32(s.c.cfg.Shard), ShardAddress: s.c.cfg.Address,
-		ClusterId: uint32(id), Requests: reqs, Machines: machines}
+		ClusterId: uint32(id), Requests: reqs, Machines: machines, MachinesListed: listed}
 	if cat := s.c.Catalog(); cat != nil {
 		wanted := map[string]bool{}
 		for _, n := range req.GetNeeds().GetNeeds() {

@@ -519,7 +519,10 @@ func (p *Provider) send(ctx context.Context) bool {
 			p.shardConn, p.shardAddr = cc, a
 		}
 	}
-	changed := p.observe(resp.GetMachines())
+	changed := false
+	if resp.GetMachinesListed() {
+		changed = p.observe(resp.GetMachines())
+	}
 	p.explain(resp.GetShortfalls())
 	for _, r := range resp.GetRequests() {
 		changed = p.handle(ctx, r) || changed
@@ -554,25 +557,21 @@ func (p *Provider) observe(ms []*fleetv1.ClusterMachine) bool {
 		st, ok := listed[c.Machine]
 		was := *c
 		switch {
-		case !ok && (c.Leaving || c.Joined || c.Preempted):
-			// Left the cluster: given back, or taken by the fleet.
-			if c.Deleted {
-				delete(p.st.Claims, id)
-				p.st.Gone[id] = true
-			} else if c.Leaving {
-				c.Machine = ""
-			} else {
-				// Taken back (a preemption), or lost: the pool sees it gone.
-				delete(p.st.Claims, id)
-				p.st.Gone[id] = true
-				if !c.Preempted {
-					p.log.Warn("fleet: a machine left the cluster without being given back", "claim", id, "machine", c.Machine)
-				}
-			}
+		case !ok && c.Leaving && !c.Deleted:
+			// Given back and gone from the cluster: the claim is Idle.
+			c.Machine = ""
 			changed = true
 		case !ok:
-			// The shard gave up configuring it: wait for another.
-			c.Machine = ""
+			// Deleted, taken back (a preemption), given up while joining,
+			// or lost: the claim is gone. It is never bound to another
+			// machine: that machine would join with a second credential of
+			// the same worker while the first may still run.
+			delete(p.st.Claims, id)
+			p.st.Gone[id] = true
+			if !c.Deleted && !c.Preempted {
+				p.log.Warn("fleet: a machine left the cluster without being given back", "claim", id, "machine", c.Machine,
+					"joined", c.Joined)
+			}
 			changed = true
 		case st == "configured" && !c.Joined:
 			c.Joined = true

@@ -27,6 +27,7 @@ type fakeFleet struct {
 	machines []*fleetv1.ClusterMachine
 	requests []*fleetv1.OperatorRequest
 	down     bool
+	unlisted bool // answer as a shard that has not listed the cluster's machines yet
 }
 
 func (f *fakeFleet) SendNeeds(_ context.Context, r *fleetv1.SendNeedsRequest) (*fleetv1.SendNeedsResponse, error) {
@@ -36,7 +37,7 @@ func (f *fakeFleet) SendNeeds(_ context.Context, r *fleetv1.SendNeedsRequest) (*
 		return nil, context.DeadlineExceeded
 	}
 	f.got = append(f.got, r.GetNeeds())
-	return &fleetv1.SendNeedsResponse{Shard: 1, Machines: f.machines, Requests: f.requests}, nil
+	return &fleetv1.SendNeedsResponse{Shard: 1, Machines: f.machines, Requests: f.requests, MachinesListed: !f.unlisted}, nil
 }
 
 func (f *fakeFleet) script(ms []*fleetv1.ClusterMachine, rs []*fleetv1.OperatorRequest) {
@@ -238,6 +239,15 @@ func TestUnknownMachineReleasedAndClaimsSurviveRestart(t *testing.T) {
 	r.sync()
 	if rel := r.fleet.last().GetRelease(); !slices.Equal(rel, []string{"stray"}) {
 		t.Fatalf("release = %v, want the machine no claim holds", rel)
+	}
+	// A shard that has just restarted has not listed the cluster's machines
+	// yet: its empty list changes nothing.
+	r.fleet.mu.Lock()
+	r.fleet.unlisted, r.fleet.machines = true, nil
+	r.fleet.mu.Unlock()
+	r.sync()
+	if got := r.state("gpu-0-1"); got != provider.Configured {
+		t.Fatalf("after an answer with no machine listed the claim is %s, want configured", got)
 	}
 	// A restart (the fleet down meanwhile) keeps the joined claim.
 	r.fleet.mu.Lock()
