@@ -31,6 +31,8 @@ type fleetRig struct {
 	shardDir string
 	coordD   *daemon
 	shardD   *daemon
+	headArgv map[string][]string
+	headD    map[string]*daemon
 	heads    map[string]*client.Client
 }
 
@@ -43,7 +45,8 @@ const fleetConfig = `{
 
 func startFleet(t *testing.T) *fleetRig {
 	t.Helper()
-	r := &fleetRig{cluster: newCluster(t), etcd: etcdtest.Start(t), heads: map[string]*client.Client{}}
+	r := &fleetRig{cluster: newCluster(t), etcd: etcdtest.Start(t), heads: map[string]*client.Client{},
+		headArgv: map[string][]string{}, headD: map[string]*daemon{}}
 	r.conf = filepath.Join(r.dir, "fleet.json")
 	if err := os.WriteFile(r.conf, []byte(fleetConfig), 0o600); err != nil {
 		t.Fatal(err)
@@ -120,18 +123,32 @@ func (r *fleetRig) startHead(name string, priority int) *client.Client {
 	if err := os.WriteFile(conf, []byte(pools), 0o600); err != nil {
 		r.t.Fatal(err)
 	}
-	r.start("head-"+name, "head", "--config", conf, "--port", strconv.Itoa(port), "--data-dir", filepath.Join(dir, "data"),
-		"--token", token, "--poll-timeout", "1s", "--scheduler-interval", "200ms", "--log-level", "info")
+	r.headArgv[name] = []string{"head", "--config", conf, "--port", strconv.Itoa(port), "--data-dir", filepath.Join(dir, "data"),
+		"--token", token, "--poll-timeout", "1s", "--scheduler-interval", "200ms", "--log-level", "info"}
 	c, err := client.New(fmt.Sprintf("http://127.0.0.1:%d", port), token, nil)
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	r.heads[name] = c
+	r.runHead(name)
+	return c
+}
+
+// runHead starts (or starts again) head name's process and waits until it
+// answers.
+func (r *fleetRig) runHead(name string) {
+	r.t.Helper()
+	d := r.start("head-"+name, r.headArgv[name]...)
+	r.headD[name] = d
 	r.waitFor(20*time.Second, "head "+name+" to answer", func() (bool, string) {
-		err := c.Health(context.Background())
+		select {
+		case <-d.done:
+			r.t.Fatalf("head %s exited: %v", name, d.cmd.ProcessState)
+		default:
+		}
+		err := r.heads[name].Health(context.Background())
 		return err == nil, fmt.Sprint(err)
 	})
-	r.heads[name] = c
-	return c
 }
 
 // machines lists the shard provider's machine ids (one directory each: the
@@ -437,5 +454,45 @@ func TestFleetDownClustersKeepRunning(t *testing.T) {
 	after := r.machines()
 	if len(after) != 2 || !strings.Contains(strings.Join(after, ","), before[0]) {
 		t.Errorf("machines %v after the fleet came back, want the adopted %v and one new", after, before)
+	}
+}
+
+// TestFleetHeadKilledKeepsItsMachines: kill -9 of a head whose pool holds a
+// fleet machine running its work. Restarted on its data dir, the head adopts
+// the machine (its claims are on disk): the instance runs on, attempt 1;
+// the fleet created nothing more, and the machine is in one cluster.
+func TestFleetHeadKilledKeepsItsMachines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, a coordinator, a shard and a head")
+	}
+	r := startFleet(t)
+	a := r.startHead("a", 100)
+	id := r.submit1(a, "sleep 600", false)
+	running := func() (bool, string) {
+		in, err := a.Instance(context.Background(), id)
+		if err != nil {
+			return false, err.Error()
+		}
+		return in.Status == "RUNNING" && in.Attempt == 1, fmt.Sprintf("%s attempt %d", in.Status, in.Attempt)
+	}
+	r.waitFor(60*time.Second, "A's instance to run", running)
+	before := r.machines()
+	r.kill9(r.headD["a"])
+	time.Sleep(2 * time.Second) // the shard goes on; A's needs stop for a while
+	r.runHead("a")
+	r.waitFor(30*time.Second, "A's pool to have its node ready again", func() (bool, string) {
+		ps, err := a.Pools(context.Background())
+		if err != nil || len(ps) != 1 || ps[0].Fleet == nil {
+			return false, fmt.Sprint(ps, err)
+		}
+		return ps[0].Ready == 1 && ps[0].Fleet.Granted == 1 && ps[0].Fleet.LastError == "", fmt.Sprintf("%+v %+v", ps[0], *ps[0].Fleet)
+	})
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		if ok, why := running(); !ok {
+			t.Fatalf("after A's restart its instance is %s", why)
+		}
+	}
+	if after := r.machines(); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Errorf("machines %v after A's restart, want %v", after, before)
 	}
 }
