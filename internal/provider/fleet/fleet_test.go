@@ -150,6 +150,18 @@ func (r *rig) state(id string) provider.State {
 
 var fence1 = provider.Fence{Controller: "c", Epoch: 1, Seq: 1}
 
+// claimBound creates claim id and has the shard ask for machine's blob.
+func (r *rig) claimBound(id, machine string) {
+	r.t.Helper()
+	if _, err := r.p.Create(context.Background(), provider.CreateRequest{Fence: fence1, Pool: "gpu", MachineID: id,
+		Offering: "g8/on-demand"}); err != nil {
+		r.t.Fatal(err)
+	}
+	r.fleet.script([]*fleetv1.ClusterMachine{{Machine: machine, Profile: "g8", State: "configuring"}},
+		[]*fleetv1.OperatorRequest{{Kind: "bootstrap", Machine: machine, Profile: "g8"}})
+	r.sync()
+}
+
 func TestClaimJoinLeave(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
@@ -226,13 +238,7 @@ func TestClaimJoinLeave(t *testing.T) {
 
 func TestUnknownMachineReleasedAndClaimsSurviveRestart(t *testing.T) {
 	r := newRig(t)
-	ctx := context.Background()
-	if _, err := r.p.Create(ctx, provider.CreateRequest{Fence: fence1, Pool: "gpu", MachineID: "gpu-0-1", Offering: "g8/on-demand"}); err != nil {
-		t.Fatal(err)
-	}
-	r.fleet.script([]*fleetv1.ClusterMachine{{Machine: "f1", Profile: "g8", State: "configuring"}},
-		[]*fleetv1.OperatorRequest{{Kind: "bootstrap", Machine: "f1", Profile: "g8"}})
-	r.sync()
+	r.claimBound("gpu-0-1", "f1")
 	r.fleet.script([]*fleetv1.ClusterMachine{{Machine: "f1", Profile: "g8", State: "configured"},
 		{Machine: "stray", Profile: "g8", State: "configured"}}, nil)
 	r.sync()
@@ -265,13 +271,7 @@ func TestUnknownMachineReleasedAndClaimsSurviveRestart(t *testing.T) {
 
 func TestPreemptionTellsTheCluster(t *testing.T) {
 	r := newRig(t)
-	ctx := context.Background()
-	if _, err := r.p.Create(ctx, provider.CreateRequest{Fence: fence1, Pool: "gpu", MachineID: "gpu-0-1", Offering: "g8/on-demand"}); err != nil {
-		t.Fatal(err)
-	}
-	r.fleet.script([]*fleetv1.ClusterMachine{{Machine: "f1", Profile: "g8", State: "configuring"}},
-		[]*fleetv1.OperatorRequest{{Kind: "bootstrap", Machine: "f1", Profile: "g8"}})
-	r.sync()
+	r.claimBound("gpu-0-1", "f1")
 	r.fleet.script([]*fleetv1.ClusterMachine{{Machine: "f1", Profile: "g8", State: "draining"}},
 		[]*fleetv1.OperatorRequest{{Kind: "cordon", Machine: "f1", GraceMs: 10000, Reason: "preempted for b"}})
 	r.sync()

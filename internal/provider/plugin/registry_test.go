@@ -5,9 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/provider/build"
@@ -42,16 +40,7 @@ func TestConformanceOfRegistryProviders(t *testing.T) {
 			if c, ok := p.(io.Closer); ok {
 				t.Cleanup(func() { c.Close() })
 			}
-			rs, err := plugin.Conform(t.Context(), p, "", 20*time.Second, time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(rs) < 16 {
-				t.Fatalf("ran %d subtests, want the whole suite", len(rs))
-			}
-			if f := failures(rs); len(f) > 0 {
-				t.Fatalf("conformance failures:\n%s", strings.Join(f, "\n"))
-			}
+			conforms(t, p)
 		})
 	}
 }
