@@ -134,6 +134,12 @@ func (r *fleetRig) startHead(name string, priority int) *client.Client {
 	return c
 }
 
+// headPort is the port of the head c talks to.
+func (r *fleetRig) headPort(c *client.Client) string {
+	u := c.BaseURL()
+	return u[strings.LastIndex(u, ":")+1:]
+}
+
 // runHead starts (or starts again) head name's process and waits until it
 // answers.
 func (r *fleetRig) runHead(name string) {
@@ -148,6 +154,25 @@ func (r *fleetRig) runHead(name string) {
 		}
 		err := r.heads[name].Health(context.Background())
 		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// waitNoneOnline waits until no worker of head c is ONLINE: its pool has
+// given its machines back.
+func (r *fleetRig) waitNoneOnline(c *client.Client, name string) {
+	r.t.Helper()
+	r.waitFor(60*time.Second, name+"'s pool to give its machines back", func() (bool, string) {
+		ws, err := c.Workers(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		online := 0
+		for _, w := range ws {
+			if w.Status == "ONLINE" {
+				online++
+			}
+		}
+		return online == 0, fmt.Sprintf("%d workers of %s online", online, name)
 	})
 }
 
@@ -252,19 +277,7 @@ func TestFleetServesTwoHeads(t *testing.T) {
 	}
 
 	// A's pool goes idle and gives its machines back; B's work takes them.
-	r.waitFor(60*time.Second, "A's pool to give its machines back", func() (bool, string) {
-		ws, err := a.Workers(context.Background())
-		if err != nil {
-			return false, err.Error()
-		}
-		online := 0
-		for _, w := range ws {
-			if w.Status == "ONLINE" {
-				online++
-			}
-		}
-		return online == 0, fmt.Sprintf("%d workers of A online", online)
-	})
+	r.waitNoneOnline(a, "A")
 	started = time.Now()
 	idsB := r.runAll(b, 2, "echo on-b; sleep 1")
 	onB := r.waitDone(b, idsB, 90*time.Second)
@@ -494,5 +507,50 @@ func TestFleetHeadKilledKeepsItsMachines(t *testing.T) {
 	}
 	if after := r.machines(); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Errorf("machines %v after A's restart, want %v", after, before)
+	}
+}
+
+// TestFleetShardKilledDuringTransfer: A gives its two machines back and B's
+// work arrives; the shard is killed (-9) while it moves them to B and
+// started again. B's work runs on A's old machines: nothing created again,
+// no machine serves both clusters, and each is configured once for B.
+func TestFleetShardKilledDuringTransfer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, a coordinator, a shard and two heads")
+	}
+	r := startFleet(t)
+	a := r.startHead("a", 100)
+	b := r.startHead("b", 100)
+	r.waitDone(a, r.runAll(a, 2, "true"), 90*time.Second)
+	created := r.machines()
+	r.waitNoneOnline(a, "A")
+	idsB := r.runAll(b, 2, "echo on-b; sleep 1")
+	time.Sleep(400 * time.Millisecond) // B's needs reach the shard; the transfer starts
+	r.kill9(r.shardD)
+	r.startShard()
+	r.waitDone(b, idsB, 120*time.Second)
+	if got := r.machines(); strings.Join(got, ",") != strings.Join(created, ",") {
+		t.Errorf("machines %v after the transfer, want A's old %v", got, created)
+	}
+	for _, id := range created {
+		if bl, ok := r.blobOfMachine(id); ok && bl.Pool == "fa" && strings.Contains(bl.Head, r.headPort(a)) {
+			t.Errorf("machine %s is still configured for A", id)
+		}
+	}
+	ws, err := a.Workers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if w.Status == "ONLINE" {
+			t.Errorf("A's worker %s is ONLINE while its machine serves B", w.WorkerID)
+		}
+	}
+	wb, err := b.Workers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(wb); n != 2 {
+		t.Errorf("B has %d workers, want 2 (each machine configured once)", n)
 	}
 }
