@@ -20,7 +20,6 @@ import (
 	"runtime"
 	"time"
 
-
 	"github.com/tide-project/tide/internal/assembly"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/config"

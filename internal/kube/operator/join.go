@@ -18,8 +18,8 @@ import (
 	"github.com/tide-project/tide/internal/kube/demand"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/build"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // AgentClusterRole is the ClusterRole of a machine's join credential
