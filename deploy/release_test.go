@@ -4,19 +4,23 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // releaseDir is the output of scripts/release named by TIDE_RELEASE_DIR
@@ -241,7 +245,9 @@ func untar(t *testing.T, path string, gz bool) map[string][]byte {
 
 // TestImage reads the release's OCI archive as a runtime would: the index
 // has this architecture's image, its config runs /tide as a non-root user,
-// and the entrypoint taken from its only layer runs `version`.
+// and the entrypoint taken from its only layer runs `version`; then, as
+// root where runc is installed, runc runs the image's root file system
+// (read-only, as the image's user) with its entrypoint.
 func TestImage(t *testing.T) {
 	dir := releaseDir(t)
 	version := releaseVersion(t, dir)
@@ -336,4 +342,62 @@ func TestImage(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "version:    "+version+"\n") {
 		t.Fatalf("%s version: %v\n%s", config.Config.Entrypoint[0], err, out)
 	}
+
+	// In a real container runtime: runc runs the image's root file system
+	// (read-only) as the image's user, with its entrypoint.
+	runc, err := exec.LookPath("runc")
+	if err != nil || os.Geteuid() != 0 {
+		if os.Getenv("TIDE_REQUIRE_RUNC") != "" {
+			t.Fatalf("TIDE_REQUIRE_RUNC is set but runc cannot run here (runc: %v, uid %d)", err, os.Geteuid())
+		}
+		t.Skip("runc not installed, or not root: the image was checked without a container runtime")
+	}
+	bundle := t.TempDir()
+	if err := os.Rename(root, filepath.Join(bundle, "rootfs")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(runc, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
+		t.Fatalf("runc spec: %v\n%s", err, out)
+	}
+	var spec map[string]any
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode(data, &spec)
+	uid, gid, _ := strings.Cut(config.Config.User, ":")
+	proc := spec["process"].(map[string]any)
+	proc["args"] = append(append([]any{}, toAny(config.Config.Entrypoint)...), "version")
+	proc["terminal"] = false
+	proc["user"] = map[string]any{"uid": atoi(t, uid), "gid": atoi(t, gid)}
+	spec["root"].(map[string]any)["readonly"] = true
+	data, _ = json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("tide-image-test-%d", os.Getpid())
+	t.Cleanup(func() { _ = exec.Command(runc, "delete", "--force", id).Run() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err = exec.CommandContext(ctx, runc, "run", "--bundle", bundle, id).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "version:    "+version+"\n") {
+		t.Fatalf("runc run (the image's entrypoint, version): %v\n%s", err, out)
+	}
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("image user %q: %v", s, err)
+	}
+	return n
 }
