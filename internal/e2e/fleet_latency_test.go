@@ -49,7 +49,9 @@ func TestFleetJoinLatency(t *testing.T) {
 			ds = append(ds, time.Since(start))
 		}
 		slices.Sort(ds)
-		p := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))].Round(time.Millisecond) }
+		p := func(q float64) time.Duration {
+			return ds[min(len(ds)-1, int(q*float64(len(ds))))].Round(time.Millisecond)
+		}
 		t.Logf("%s: need → running over %d rounds: p50 %s, p99 %s, min %s, max %s", name, len(ds), p(0.5), p(0.99),
 			ds[0].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 	}
