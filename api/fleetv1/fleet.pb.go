@@ -627,8 +627,12 @@ type StatusResponse struct {
 	// role is "coordinator" or "shard".
 	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
 	// coordinator is set when a coordinator answers.
-	Coordinator   *CoordinatorStatus `protobuf:"bytes,2,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
-	Shards        []*ShardStatus     `protobuf:"bytes,3,rep,name=shards,proto3" json:"shards,omitempty"`
+	Coordinator *CoordinatorStatus `protobuf:"bytes,2,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	Shards      []*ShardStatus     `protobuf:"bytes,3,rep,name=shards,proto3" json:"shards,omitempty"`
+	// clusters are the clusters of the answering shard (a coordinator asks
+	// its live shards): what each asked for, what it was granted, and why
+	// it is short.
+	Clusters      []*ClusterStatus `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -684,6 +688,112 @@ func (x *StatusResponse) GetShards() []*ShardStatus {
 	return nil
 }
 
+func (x *StatusResponse) GetClusters() []*ClusterStatus {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+// ClusterStatus is one cluster as its shard sees it.
+type ClusterStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Shard   uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	// asked sums the counts of its needs; granted counts the machines bound
+	// to it (configuring, configured or draining); short is asked - granted
+	// when positive.
+	Asked   int32 `protobuf:"varint,3,opt,name=asked,proto3" json:"asked,omitempty"`
+	Granted int32 `protobuf:"varint,4,opt,name=granted,proto3" json:"granted,omitempty"`
+	Short   int32 `protobuf:"varint,5,opt,name=short,proto3" json:"short,omitempty"`
+	// why says what the shard lacks for it: its shortfalls in the cluster's
+	// profiles and priorities.
+	Why string `protobuf:"bytes,6,opt,name=why,proto3" json:"why,omitempty"`
+	// operator is set for a cluster that is its own ClusterOperator.
+	Operator      bool `protobuf:"varint,7,opt,name=operator,proto3" json:"operator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterStatus) Reset() {
+	*x = ClusterStatus{}
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatus) ProtoMessage() {}
+
+func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
+func (*ClusterStatus) Descriptor() ([]byte, []int) {
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ClusterStatus) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ClusterStatus) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetAsked() int32 {
+	if x != nil {
+		return x.Asked
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetGranted() int32 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetShort() int32 {
+	if x != nil {
+		return x.Short
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
+func (x *ClusterStatus) GetOperator() bool {
+	if x != nil {
+		return x.Operator
+	}
+	return false
+}
+
 // CoordinatorStatus describes the answering coordinator replica.
 type CoordinatorStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -705,7 +815,7 @@ type CoordinatorStatus struct {
 
 func (x *CoordinatorStatus) Reset() {
 	*x = CoordinatorStatus{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[9]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +827,7 @@ func (x *CoordinatorStatus) String() string {
 func (*CoordinatorStatus) ProtoMessage() {}
 
 func (x *CoordinatorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[9]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +840,7 @@ func (x *CoordinatorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorStatus.ProtoReflect.Descriptor instead.
 func (*CoordinatorStatus) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{9}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CoordinatorStatus) GetId() string {
@@ -811,7 +921,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[10]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +933,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[10]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +946,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{10}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ShardStatus) GetShard() uint32 {
@@ -950,7 +1060,7 @@ type ShortfallsRequest struct {
 
 func (x *ShortfallsRequest) Reset() {
 	*x = ShortfallsRequest{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[11]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1072,7 @@ func (x *ShortfallsRequest) String() string {
 func (*ShortfallsRequest) ProtoMessage() {}
 
 func (x *ShortfallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[11]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1085,7 @@ func (x *ShortfallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShortfallsRequest.ProtoReflect.Descriptor instead.
 func (*ShortfallsRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{11}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ShortfallsRequest) GetShard() uint32 {
@@ -1004,7 +1114,7 @@ type ShortfallsResponse struct {
 
 func (x *ShortfallsResponse) Reset() {
 	*x = ShortfallsResponse{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[12]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1126,7 @@ func (x *ShortfallsResponse) String() string {
 func (*ShortfallsResponse) ProtoMessage() {}
 
 func (x *ShortfallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[12]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1139,7 @@ func (x *ShortfallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShortfallsResponse.ProtoReflect.Descriptor instead.
 func (*ShortfallsResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{12}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ShortfallsResponse) GetShortfalls() []*Shortfall {
@@ -1065,7 +1175,7 @@ type Shortfall struct {
 
 func (x *Shortfall) Reset() {
 	*x = Shortfall{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[13]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1187,7 @@ func (x *Shortfall) String() string {
 func (*Shortfall) ProtoMessage() {}
 
 func (x *Shortfall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[13]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1200,7 @@ func (x *Shortfall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shortfall.ProtoReflect.Descriptor instead.
 func (*Shortfall) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{13}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Shortfall) GetShard() uint32 {
@@ -1171,7 +1281,7 @@ type Directive struct {
 
 func (x *Directive) Reset() {
 	*x = Directive{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[14]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1293,7 @@ func (x *Directive) String() string {
 func (*Directive) ProtoMessage() {}
 
 func (x *Directive) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[14]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1306,7 @@ func (x *Directive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Directive.ProtoReflect.Descriptor instead.
 func (*Directive) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{14}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Directive) GetId() string {
@@ -1311,11 +1421,20 @@ const file_api_fleetv1_fleet_proto_rawDesc = "" +
 	"\n" +
 	"shortfalls\x18\a \x03(\v2\x18.tide.fleet.v1.ShortfallR\n" +
 	"shortfalls\"\x0f\n" +
-	"\rStatusRequest\"\x9c\x01\n" +
+	"\rStatusRequest\"\xd6\x01\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12B\n" +
 	"\vcoordinator\x18\x02 \x01(\v2 .tide.fleet.v1.CoordinatorStatusR\vcoordinator\x122\n" +
-	"\x06shards\x18\x03 \x03(\v2\x1a.tide.fleet.v1.ShardStatusR\x06shards\"\xd2\x01\n" +
+	"\x06shards\x18\x03 \x03(\v2\x1a.tide.fleet.v1.ShardStatusR\x06shards\x128\n" +
+	"\bclusters\x18\x04 \x03(\v2\x1c.tide.fleet.v1.ClusterStatusR\bclusters\"\xb3\x01\n" +
+	"\rClusterStatus\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05asked\x18\x03 \x01(\x05R\x05asked\x12\x18\n" +
+	"\agranted\x18\x04 \x01(\x05R\agranted\x12\x14\n" +
+	"\x05short\x18\x05 \x01(\x05R\x05short\x12\x10\n" +
+	"\x03why\x18\x06 \x01(\tR\x03why\x12\x1a\n" +
+	"\boperator\x18\a \x01(\bR\boperator\"\xd2\x01\n" +
 	"\x11CoordinatorStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\bR\x06leader\x12\x1b\n" +
@@ -1389,7 +1508,7 @@ func file_api_fleetv1_fleet_proto_rawDescGZIP() []byte {
 	return file_api_fleetv1_fleet_proto_rawDescData
 }
 
-var file_api_fleetv1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_api_fleetv1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_api_fleetv1_fleet_proto_goTypes = []any{
 	(*ClusterCapacityNeeds)(nil), // 0: tide.fleet.v1.ClusterCapacityNeeds
 	(*BootstrapAnswer)(nil),      // 1: tide.fleet.v1.BootstrapAnswer
@@ -1400,12 +1519,13 @@ var file_api_fleetv1_fleet_proto_goTypes = []any{
 	(*SendNeedsResponse)(nil),    // 6: tide.fleet.v1.SendNeedsResponse
 	(*StatusRequest)(nil),        // 7: tide.fleet.v1.StatusRequest
 	(*StatusResponse)(nil),       // 8: tide.fleet.v1.StatusResponse
-	(*CoordinatorStatus)(nil),    // 9: tide.fleet.v1.CoordinatorStatus
-	(*ShardStatus)(nil),          // 10: tide.fleet.v1.ShardStatus
-	(*ShortfallsRequest)(nil),    // 11: tide.fleet.v1.ShortfallsRequest
-	(*ShortfallsResponse)(nil),   // 12: tide.fleet.v1.ShortfallsResponse
-	(*Shortfall)(nil),            // 13: tide.fleet.v1.Shortfall
-	(*Directive)(nil),            // 14: tide.fleet.v1.Directive
+	(*ClusterStatus)(nil),        // 9: tide.fleet.v1.ClusterStatus
+	(*CoordinatorStatus)(nil),    // 10: tide.fleet.v1.CoordinatorStatus
+	(*ShardStatus)(nil),          // 11: tide.fleet.v1.ShardStatus
+	(*ShortfallsRequest)(nil),    // 12: tide.fleet.v1.ShortfallsRequest
+	(*ShortfallsResponse)(nil),   // 13: tide.fleet.v1.ShortfallsResponse
+	(*Shortfall)(nil),            // 14: tide.fleet.v1.Shortfall
+	(*Directive)(nil),            // 15: tide.fleet.v1.Directive
 }
 var file_api_fleetv1_fleet_proto_depIdxs = []int32{
 	4,  // 0: tide.fleet.v1.ClusterCapacityNeeds.needs:type_name -> tide.fleet.v1.Need
@@ -1413,22 +1533,23 @@ var file_api_fleetv1_fleet_proto_depIdxs = []int32{
 	0,  // 2: tide.fleet.v1.SendNeedsRequest.needs:type_name -> tide.fleet.v1.ClusterCapacityNeeds
 	2,  // 3: tide.fleet.v1.SendNeedsResponse.requests:type_name -> tide.fleet.v1.OperatorRequest
 	3,  // 4: tide.fleet.v1.SendNeedsResponse.machines:type_name -> tide.fleet.v1.ClusterMachine
-	13, // 5: tide.fleet.v1.SendNeedsResponse.shortfalls:type_name -> tide.fleet.v1.Shortfall
-	9,  // 6: tide.fleet.v1.StatusResponse.coordinator:type_name -> tide.fleet.v1.CoordinatorStatus
-	10, // 7: tide.fleet.v1.StatusResponse.shards:type_name -> tide.fleet.v1.ShardStatus
-	13, // 8: tide.fleet.v1.ShortfallsResponse.shortfalls:type_name -> tide.fleet.v1.Shortfall
-	14, // 9: tide.fleet.v1.ShortfallsResponse.directives:type_name -> tide.fleet.v1.Directive
-	5,  // 10: tide.fleet.v1.Fleet.SendNeeds:input_type -> tide.fleet.v1.SendNeedsRequest
-	7,  // 11: tide.fleet.v1.Fleet.Status:input_type -> tide.fleet.v1.StatusRequest
-	11, // 12: tide.fleet.v1.Fleet.Shortfalls:input_type -> tide.fleet.v1.ShortfallsRequest
-	6,  // 13: tide.fleet.v1.Fleet.SendNeeds:output_type -> tide.fleet.v1.SendNeedsResponse
-	8,  // 14: tide.fleet.v1.Fleet.Status:output_type -> tide.fleet.v1.StatusResponse
-	12, // 15: tide.fleet.v1.Fleet.Shortfalls:output_type -> tide.fleet.v1.ShortfallsResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	14, // 5: tide.fleet.v1.SendNeedsResponse.shortfalls:type_name -> tide.fleet.v1.Shortfall
+	10, // 6: tide.fleet.v1.StatusResponse.coordinator:type_name -> tide.fleet.v1.CoordinatorStatus
+	11, // 7: tide.fleet.v1.StatusResponse.shards:type_name -> tide.fleet.v1.ShardStatus
+	9,  // 8: tide.fleet.v1.StatusResponse.clusters:type_name -> tide.fleet.v1.ClusterStatus
+	14, // 9: tide.fleet.v1.ShortfallsResponse.shortfalls:type_name -> tide.fleet.v1.Shortfall
+	15, // 10: tide.fleet.v1.ShortfallsResponse.directives:type_name -> tide.fleet.v1.Directive
+	5,  // 11: tide.fleet.v1.Fleet.SendNeeds:input_type -> tide.fleet.v1.SendNeedsRequest
+	7,  // 12: tide.fleet.v1.Fleet.Status:input_type -> tide.fleet.v1.StatusRequest
+	12, // 13: tide.fleet.v1.Fleet.Shortfalls:input_type -> tide.fleet.v1.ShortfallsRequest
+	6,  // 14: tide.fleet.v1.Fleet.SendNeeds:output_type -> tide.fleet.v1.SendNeedsResponse
+	8,  // 15: tide.fleet.v1.Fleet.Status:output_type -> tide.fleet.v1.StatusResponse
+	13, // 16: tide.fleet.v1.Fleet.Shortfalls:output_type -> tide.fleet.v1.ShortfallsResponse
+	14, // [14:17] is the sub-list for method output_type
+	11, // [11:14] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_api_fleetv1_fleet_proto_init() }
@@ -1442,7 +1563,7 @@ func file_api_fleetv1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_fleetv1_fleet_proto_rawDesc), len(file_api_fleetv1_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -118,7 +118,7 @@ func poolHeadURL(scheme string, ln net.Addr, prov provider.Provider) (string, er
 // joinBlob mints the blob that joins one machine of a fleet-backed pool to
 // this head: the fleet asks for it when it configures a machine for the
 // pool. headURL "" is the head's own address.
-func (a *Assembly) joinBlob(ctx context.Context, pool, machine, headURL string) ([]byte, error) {
+func (a *Assembly) joinBlob(ctx context.Context, pool, machine, _, headURL string) ([]byte, error) {
 	addr := a.listening.Load()
 	if addr == nil || a.h == nil {
 		return nil, errors.New("the head does not listen yet")

@@ -401,6 +401,19 @@ func printFleetStatus(w io.Writer, st *fleetv1.StatusResponse) error {
 			sh.GetCycle(), sh.GetClusters(), sh.GetMachines(), sh.GetConfigured(), sh.GetIdle(), sh.GetSpeculative(),
 			sh.GetEscalated(), prov, sh.GetAddress())
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.GetClusters()) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tSHARD\tASKED\tGRANTED\tSHORT\tWHY")
+	for _, c := range st.GetClusters() {
+		fmt.Fprintf(tw, "%s\ts%d\t%d\t%d\t%d\t%s\n", c.GetCluster(), c.GetShard(), c.GetAsked(), c.GetGranted(), c.GetShort(),
+			orDash(c.GetWhy()))
+	}
 	return tw.Flush()
 }
 

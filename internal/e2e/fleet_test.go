@@ -400,6 +400,19 @@ func TestFleetPreemptsForHigherPriority(t *testing.T) {
 		}
 		return false, "pool fa has no fleet status"
 	})
+	// And so does the fleet: tide fleet status's clusters, through the coordinator.
+	r.waitFor(30*time.Second, "the fleet's status of cluster a", func() (bool, string) {
+		st, err := r.fleetStatus()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range st.GetClusters() {
+			if c.GetCluster() == "a" {
+				return c.GetShort() >= 1 && strings.Contains(c.GetWhy(), "priority 100"), c.String()
+			}
+		}
+		return false, fmt.Sprintf("no cluster a in %v", st.GetClusters())
+	})
 	r.waitDone(b, []string{idB}, 90*time.Second)
 	if got := r.machines(); len(got) != 2 {
 		t.Errorf("the shard's provider has machines %v, want the quota's 2", got)

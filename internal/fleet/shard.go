@@ -604,3 +604,28 @@ func (s *Shard) Machine(id MachineID) (MachineInfo, bool) {
 	}
 	return info, true
 }
+
+// ClusterAlloc is one profile of what a cluster asked of the shard and holds.
+type ClusterAlloc struct {
+	Profile  ProfileID
+	Priority int32
+	// Want is the need's count; Bound counts the cluster's Configuring and
+	// Configured machines of the profile; Incoming those reserved for it.
+	Want, Bound, Incoming int32
+}
+
+// ClusterAllocs returns cluster c's allocations, one per profile it has
+// needed; it costs the number of its profiles.
+func (s *Shard) ClusterAllocs(c ClusterID) []ClusterAlloc {
+	cs, ok := s.clusters[c]
+	if !ok {
+		return nil
+	}
+	out := make([]ClusterAlloc, 0, len(cs.allocs))
+	for _, a := range cs.allocs {
+		A := &s.allocs[a]
+		out = append(out, ClusterAlloc{Profile: A.profile, Priority: A.priority, Want: A.want, Bound: A.bound(),
+			Incoming: int32(A.in.n)})
+	}
+	return out
+}

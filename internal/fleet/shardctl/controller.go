@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/tide-project/tide/api/fleetv1"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/fleet"
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
@@ -219,13 +220,17 @@ type Controller struct {
 	inbox     map[fleet.ClusterID]fleet.ClusterCapacityNeeds
 	releases  map[fleet.ClusterID][]string // inbox needs' released machines, by provider id
 	operators map[fleet.ClusterID]*opCluster
-	needs     map[fleet.ClusterID]fleet.ClusterCapacityNeeds // latest, fed again after a rebuild
-	blobs     map[fleet.ClusterID][]byte
-	names     map[fleet.ClusterID]string
-	clusters  map[string]fleet.ClusterID
-	catalog   *fleet.Catalog
-	status    Status
-	sfs       []fleet.Shortfall
+	// clusterStatus is refreshed by the cycle at most once per clusterEvery
+	// (clustersAt, owned by the cycle goroutine).
+	clusterStatus []*fleetv1.ClusterStatus
+	clustersAt    time.Time
+	needs         map[fleet.ClusterID]fleet.ClusterCapacityNeeds // latest, fed again after a rebuild
+	blobs         map[fleet.ClusterID][]byte
+	names         map[fleet.ClusterID]string
+	clusters      map[string]fleet.ClusterID
+	catalog       *fleet.Catalog
+	status        Status
+	sfs           []fleet.Shortfall
 }
 
 // New returns the controller of cfg.Shard. It does no I/O: Start (or the

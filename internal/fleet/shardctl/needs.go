@@ -97,6 +97,7 @@ func (c *Controller) takeInbox() []fleet.ClusterCapacityNeeds {
 // the status.
 func (c *Controller) publish(ctx context.Context, now time.Time) {
 	c.refreshOperators()
+	c.refreshClusters(now)
 	sum := c.shard.Summary(c.cfg.Shard, c.wanted...)
 	sfs := c.shard.Shortfalls()
 	c.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -188,4 +189,63 @@ func (c *Controller) drainReason(a fleet.Action) string {
 		return fmt.Sprintf("preempted by the fleet for a need of higher priority (gap %d)", a.Gap)
 	}
 	return "reclaimed by the fleet: " + a.Reason.String()
+}
+
+// clusterEvery bounds how often the clusters' status is computed (it costs
+// the clusters' profiles; the status is for people, the cycle is not).
+const clusterEvery = time.Second
+
+// refreshClusters computes, at most once per clusterEvery, what each
+// cluster asked, what it holds and why it is short. Called by the cycle
+// goroutine.
+func (c *Controller) refreshClusters(now time.Time) {
+	if now.Sub(c.clustersAt) < clusterEvery {
+		return
+	}
+	c.clustersAt = now
+	c.mu.Lock()
+	ids := slices.Collect(maps.Keys(c.needs))
+	names := maps.Clone(c.names)
+	ops := map[fleet.ClusterID]bool{}
+	for id := range c.operators {
+		ops[id] = true
+	}
+	c.mu.Unlock()
+	slices.Sort(ids)
+	sfs := c.shard.Shortfalls()
+	out := make([]*fleetv1.ClusterStatus, 0, len(ids))
+	for _, id := range ids {
+		cs := &fleetv1.ClusterStatus{Cluster: names[id], Shard: uint32(c.cfg.Shard), Operator: ops[id]}
+		var whys []string
+		for _, a := range c.shard.ClusterAllocs(id) {
+			cs.Asked += a.Want
+			cs.Granted += a.Bound
+			if d := a.Want - a.Bound - a.Incoming; d > 0 {
+				why := fmt.Sprintf("%d of profile %s at priority %d not placed", d, c.cat.ProfileName(a.Profile), a.Priority)
+				for _, sf := range sfs {
+					if sf.Profile == a.Profile && sf.Priority == a.Priority {
+						why = fmt.Sprintf("the shard is short of %d of profile %s at priority %d for %d cycle(s)",
+							sf.Count, c.cat.ProfileName(a.Profile), a.Priority, sf.Age)
+					}
+				}
+				whys = append(whys, why)
+			} else if a.Incoming > 0 {
+				whys = append(whys, fmt.Sprintf("%d of profile %s on their way", a.Incoming, c.cat.ProfileName(a.Profile)))
+			}
+		}
+		cs.Short = max(cs.Asked-cs.Granted, 0)
+		cs.Why = strings.Join(whys, "; ")
+		out = append(out, cs)
+	}
+	c.mu.Lock()
+	c.clusterStatus = out
+	c.mu.Unlock()
+}
+
+// ClusterStatus returns what each of the shard's clusters asked, holds and
+// lacks, as of the last refresh (at most clusterEvery old).
+func (c *Controller) ClusterStatus() []*fleetv1.ClusterStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clusterStatus
 }

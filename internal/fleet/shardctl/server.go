@@ -54,7 +54,8 @@ func (s *Server) Status(context.Context, *fleetv1.StatusRequest) (*fleetv1.Statu
 		Updated: st.Updated, Summary: st.Summary, Clusters: st.Clusters, Paused: st.Paused != "",
 		PausedReason: st.Paused}
 	return &fleetv1.StatusResponse{Role: "shard",
-		Shards: []*fleetv1.ShardStatus{fleetpb.ShardStatus(&r, st.Started && !st.Deposed)}}, nil
+		Shards:   []*fleetv1.ShardStatus{fleetpb.ShardStatus(&r, st.Started && !st.Deposed)},
+		Clusters: s.c.ClusterStatus()}, nil
 }
 
 // Shortfalls lists this shard's shortfalls and the directives naming it.

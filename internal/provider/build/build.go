@@ -40,11 +40,12 @@ type Env struct {
 	Logger *slog.Logger
 	// Clock is the process's clock.
 	Clock clock.Clock
-	// Join mints the blob that joins one machine of a pool to this
-	// process's cluster, reaching the head at headURL ("": the head's own
-	// address); nil where there is no cluster to join (a fleet shard).
-	// Fleet-backed pools need it: the fleet asks them for each blob.
-	Join func(ctx context.Context, pool, machine, headURL string) ([]byte, error)
+	// Join mints the blob that joins one machine (of the pool's offering)
+	// to this process's cluster, reaching a head at headURL ("": the
+	// head's own address; Kubernetes mode ignores it); nil where there is
+	// no cluster to join (a fleet shard). Fleet-backed pools need it: the
+	// fleet asks them for each blob.
+	Join func(ctx context.Context, pool, machine, offering, headURL string) ([]byte, error)
 	// Preempt tells this process's cluster that the fleet takes one of a
 	// pool's machines back after grace (why is for its events); nil with Join.
 	Preempt func(ctx context.Context, pool, machine, why string, grace time.Duration) error

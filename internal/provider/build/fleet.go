@@ -80,8 +80,8 @@ type joiner struct {
 	headURL string
 }
 
-func (j joiner) Blob(ctx context.Context, pool, machine string) ([]byte, error) {
-	return j.env.Join(ctx, pool, machine, j.headURL)
+func (j joiner) Blob(ctx context.Context, pool, machine, offering string) ([]byte, error) {
+	return j.env.Join(ctx, pool, machine, offering, j.headURL)
 }
 
 func (j joiner) Preempt(ctx context.Context, pool, machine, why string, grace time.Duration) error {

@@ -35,7 +35,7 @@ const (
 type Joiner interface {
 	// Blob makes the blob that joins one of the pool's machines to the
 	// cluster (for a tide head, a credential that registers only that worker).
-	Blob(ctx context.Context, pool, machine string) ([]byte, error)
+	Blob(ctx context.Context, pool, machine, offering string) ([]byte, error)
 	// Preempt tells the cluster the fleet takes the machine back after
 	// grace: stop placing work there and move what may move (why is for
 	// its events).
@@ -620,7 +620,7 @@ func (p *Provider) handle(ctx context.Context, r *fleetv1.OperatorRequest) bool 
 				Error: fmt.Sprintf("pool %s waits for no machine of profile %q", p.cfg.Pool, r.GetProfile())})
 			return false
 		}
-		blob, err := p.cfg.Joiner.Blob(ctx, p.cfg.Pool, c.ID)
+		blob, err := p.cfg.Joiner.Blob(ctx, p.cfg.Pool, c.ID, c.Offering)
 		if err != nil {
 			p.log.Warn("fleet: cannot make a bootstrap blob yet", "claim", c.ID, "err", err)
 			return false // asked again next time

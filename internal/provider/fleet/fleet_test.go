@@ -61,7 +61,7 @@ type recorder struct {
 	preempted []string
 }
 
-func (r *recorder) Blob(_ context.Context, pool, machine string) ([]byte, error) {
+func (r *recorder) Blob(_ context.Context, pool, machine, _ string) ([]byte, error) {
 	return []byte("blob-for-" + pool + "/" + machine), nil
 }
 
