@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 
 	"github.com/tide-project/tide/deploy"
 	"github.com/tide-project/tide/internal/buildinfo"
@@ -65,6 +66,11 @@ Then run the controller (two replicas: one holds the Lease and acts):
 			return err
 		}
 		o.Logger = log
+		// client-go's own messages (leader election, reflectors) in tide's
+		// format too, so --log-format json yields JSON lines only. klog is
+		// process-wide: set here, at the process's edge, not in operator.Run,
+		// which tests run many times in one process.
+		klog.SetSlogLogger(log.With("component", "client-go"))
 		return operator.Run(cmd.Context(), o)
 	}
 	cmd.AddCommand(newKubeInstallCmd(s), newKubeNodeCmd(s))

@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -116,9 +115,6 @@ func Run(ctx context.Context, o Options) error {
 	}
 	rc.QPS, rc.Burst = 200, 400 // bursts of Node creates and evictions
 	ctrl.SetLogger(logr.FromSlogHandler(o.Logger.Handler()))
-	// client-go's own messages (leader election, reflectors) in tide's
-	// format too, so --log-format json yields JSON lines only.
-	klog.SetSlogLogger(o.Logger.With("component", "client-go"))
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
