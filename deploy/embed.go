@@ -1,9 +1,15 @@
-// Package deploy holds the Kubernetes manifests of tide's Kubernetes mode
-// (the NodePool CRD and the RBAC of the controller), embedded so that
-// `tide kube install` prints exactly the files shipped here.
+// Package deploy holds what installs tide: the Kubernetes manifests of
+// tide's Kubernetes mode (the NodePool CRD, the RBAC of the controller, its
+// Deployment; kustomization.yaml gathers them), embedded so that `tide kube
+// install` prints exactly the files shipped here; the systemd units
+// (systemd/), the .deb/.rpm configuration (package/) and, in grafana/, the
+// dashboard of tide's metrics.
 package deploy
 
-import _ "embed"
+import (
+	_ "embed"
+	"strings"
+)
 
 // CRD is the NodePool CustomResourceDefinition (crd-nodepool.yaml).
 //
@@ -21,4 +27,19 @@ func All() []byte {
 	out := append([]byte{}, CRD...)
 	out = append(out, "---\n"...)
 	return append(out, RBAC...)
+}
+
+// Deployment is tide kube's Deployment (two replicas on a Lease), its
+// metrics Service and PodDisruptionBudget (kube/deployment.yaml), with the
+// placeholder image "tide".
+//
+//go:embed kube/deployment.yaml
+var Deployment []byte
+
+// AllWithDeployment returns All() followed by Deployment with its image set
+// to image: what kubectl apply -k deploy/ creates.
+func AllWithDeployment(image string) []byte {
+	out := All()
+	out = append(out, "---\n"...)
+	return append(out, strings.ReplaceAll(string(Deployment), "\n          image: tide\n", "\n          image: "+image+"\n")...)
 }

@@ -76,7 +76,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Registry receives every metric and is served at /metrics; a new one
 	// when nil.
-	Registry *prometheus.Registry
+	Registry head.Registry
 	// OnListen is called with the head's address once it listens.
 	OnListen func(net.Addr)
 	// ShutdownTimeout bounds each stopping step after the cancels (stopping

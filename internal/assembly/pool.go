@@ -167,8 +167,14 @@ func (a *Assembly) newPool(ctx context.Context, pc config.Pool, build func() (pr
 		}
 		decisions = are.ExistingCollector.(*prometheus.CounterVec)
 	}
+	figures, err := autoscale.NewFigureMetrics(a.cfg.Registry)
+	if err != nil {
+		p.release()
+		return nil, err
+	}
 	pcfg := pc.PolicyConfig()
 	loop, err := autoscale.New(autoscale.Config{
+		Figures:  figures,
 		Pool:     pc.Name,
 		Policy:   pol,
 		Desired:  desired,

@@ -69,6 +69,9 @@ type Config struct {
 	// machines (they are left out of the report). Nil keeps every node with
 	// the ordinal the report carries.
 	Ordinal func(nodeID string) (reconcile.NodeID, bool)
+	// Figures, when set, receives every decision's figures (the
+	// target-tracking gauges); nil records none.
+	Figures *FigureMetrics
 }
 
 // Pool is the loop of one pool.
@@ -223,6 +226,7 @@ func (p *Pool) Evaluate(now time.Time) (d policy.Decision, ok bool) {
 		in.Unavailable = u.Unavailable(now) // the controller's ICE cache
 	}
 	d = p.cfg.Policy.Decide(in)
+	p.cfg.Figures.Observe(p.cfg.Pool, d)
 	p.state = d.State
 	changed := d.Desired != p.desired
 	if changed {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tide-project/tide/internal/buildinfo"
 	"github.com/tide-project/tide/internal/client"
 )
 
@@ -85,9 +86,11 @@ func newRoot(s Streams) *cobra.Command {
 			"without ever killing work that is running.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildinfo.Get().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return flagError{err} })
-	root.AddCommand(newDecide(s), newUpCmd(s))
+	root.AddCommand(newVersionCmd(s), newDecide(s), newUpCmd(s))
 	root.AddCommand(newFleetCmd(s))
 	root.AddCommand(newKubeCmd(s))
 	root.AddCommand(newSimulateCmd(s))

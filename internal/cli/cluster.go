@@ -14,12 +14,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/tide-project/tide/internal/agent"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/logfmt"
 	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/sdk/provider"
 )
@@ -33,19 +35,40 @@ func defaultDataDir(sub string) string {
 	return filepath.Join(home, ".tide", sub)
 }
 
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, badInput(fmt.Errorf("--log-level: want debug, info, warn or error, got %q", level))
+// logFlags are the --log-level and --log-format of a long-running command.
+type logFlags struct{ level, format string }
+
+func (l *logFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&l.level, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&l.format, "log-format", "text", "text, or json: one object a line with time, level, msg, component, pool, ...")
+}
+
+// logger is the command's logger on w, its records tagged with component.
+func (l *logFlags) logger(w io.Writer, component string) (*slog.Logger, error) {
+	log, err := logfmt.New(w, l.level, l.format, component)
+	if err != nil {
+		return nil, badInput(err)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return log, nil
+}
+
+// announcer returns how a command says where it is (listening on, joined):
+// a plain line on w, or with --log-format json a record of log, so that every
+// line a log pipeline reads is JSON.
+func (l *logFlags) announcer(w io.Writer, log *slog.Logger) func(msg string, args ...any) {
+	if l.format == "json" {
+		return func(msg string, args ...any) { log.Info(msg, args...) }
+	}
+	return func(msg string, _ ...any) { fmt.Fprintln(w, msg) }
 }
 
 func newHeadCmd(s Streams) *cobra.Command {
 	var (
 		cfg        head.Config
 		addr       string
-		logLevel   string
+		lf         logFlags
+		tokenFiles tokenFileFlags
 		tlsMode    string
 		tlsSANs    []string
 		tlsCA      string
@@ -89,6 +112,9 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 				}
 				cfg.Addr = addr
 			}
+			if err := tokenFiles.read(&cfg.Token, &cfg.JoinToken); err != nil {
+				return err
+			}
 			if cfg.Token == "" {
 				cfg.Token = os.Getenv(client.EnvToken)
 			}
@@ -101,18 +127,24 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 				}
 				return err
 			}
-			log, err := newLogger(s.Err, logLevel)
+			log, err := lf.logger(s.Err, "head")
 			if err != nil {
 				return err
 			}
 			cfg.Logger = log
+			announce := lf.announcer(s.Err, log)
+			// /metrics on every head, with or without pools.
+			cfg.Registry = prometheus.NewRegistry()
 			scheme := "http"
 			if cfg.TLSCertFile != "" || cfg.TLSAuto {
 				scheme = "https"
 			}
-			cfg.OnListen = func(a net.Addr) { fmt.Fprintf(s.Err, "tide head listening on %s://%s\n", scheme, a) }
+			cfg.OnListen = func(a net.Addr) {
+				url := scheme + "://" + a.String()
+				announce("tide head listening on "+url, "url", url)
+			}
 			if configPath != "" {
-				return runHeadPools(cmd.Context(), s.Err, configPath, cfg)
+				return runHeadPools(cmd.Context(), announce, configPath, cfg)
 			}
 			if err := head.Run(cmd.Context(), cfg); err != nil {
 				if strings.HasPrefix(err.Error(), "head config:") {
@@ -129,6 +161,8 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir("head"), "directory of the head's SQLite database")
 	f.StringVar(&cfg.Token, "token", "", "admin token required by the API (env "+client.EnvToken+")")
 	f.StringVar(&cfg.JoinToken, "join-token", "", "token workers register with (env TIDE_JOIN_TOKEN)")
+	f.StringVar(&tokenFiles.admin, "token-file", "", "file holding the admin token (e.g. a systemd credential), instead of --token")
+	f.StringVar(&tokenFiles.join, "join-token-file", "", "file holding the join token, instead of --join-token")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "allow listening beyond loopback without a token")
 	f.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate (PEM); serves HTTPS with --tls-key")
 	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key (PEM)")
@@ -145,7 +179,7 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 	f.DurationVar(&cfg.FenceMargin, "fence-margin", 5*time.Second, "safety margin of the fencing lease: a worker cut off from the head stops its restartable instances once its last heartbeat + poll timeout + offline-after + liveness interval + this margin has passed, and the head holds their re-run until then (+ grace period + margin); negative turns the lease off")
 	f.DurationVar(&cfg.SchedulerInterval, "scheduler-interval", 2*time.Second, "scheduling pass period when nothing changes")
 	f.DurationVar(&cfg.DefaultGracePeriod, "grace-period", 30*time.Second, "default SIGTERM→SIGKILL grace period of a cancel")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	lf.register(cmd)
 	f.StringVar(&configPath, "config", "", "pools configuration (YAML) to autoscale; re-read on SIGHUP")
 	f.StringVar(&cfg.Store, "store", "", "where the state lives: sqlite (default, under --data-dir) or etcd://host:2379,host:2379[/prefix], shared by several heads of which one leads")
 	f.StringVar(&cfg.EtcdCA, "etcd-ca", "", "with --store etcd://: PEM CA of etcd's certificates (talk TLS to etcd)")
@@ -153,6 +187,37 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 	f.StringVar(&cfg.EtcdKey, "etcd-key", "", "with --etcd-cert: its private key (PEM)")
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 3*time.Second, "with --store etcd://: the leader's election lease; a standby takes over about this long after the leader dies")
 	return cmd
+}
+
+// tokenFileFlags name files that hold tokens, so that a token never shows in
+// a command line (ps, /proc) or an environment: systemd's LoadCredential
+// hands them over this way (deploy/systemd).
+type tokenFileFlags struct{ admin, join string }
+
+// read puts the files' tokens into admin and join (nil: not this
+// command's); a flag given both ways, or an empty file, is refused.
+func (t tokenFileFlags) read(admin, join *string) error {
+	for _, f := range []struct {
+		flag, path string
+		into       *string
+	}{{"--token-file", t.admin, admin}, {"--join-token-file", t.join, join}} {
+		if f.path == "" || f.into == nil {
+			continue
+		}
+		if *f.into != "" {
+			return badInput(fmt.Errorf("%s: the token is also given on the command line; give it one way", f.flag))
+		}
+		data, err := os.ReadFile(f.path)
+		if err != nil {
+			return badInput(fmt.Errorf("%s: %w", f.flag, err))
+		}
+		tok := strings.TrimSpace(string(data))
+		if tok == "" || strings.ContainsAny(tok, "\n\r") {
+			return badInput(fmt.Errorf("%s %s: want one line holding the token", f.flag, f.path))
+		}
+		*f.into = tok
+	}
+	return nil
 }
 
 // headTLS applies --tls auto (or --tls-ca with --tls-cert) to cfg.
@@ -225,7 +290,8 @@ func newWorkerCmd(s Streams) *cobra.Command {
 		cpu, memory, ports  string
 		gpus                int64
 		labels              []string
-		logLevel            string
+		lf                  logFlags
+		tokenFiles          tokenFileFlags
 		logMaxBytes, logMax string
 		bootstrapFile       string
 	)
@@ -249,12 +315,19 @@ the machine's Node agent, as 'tide kube node --bootstrap FILE' does: the
 other flags are then unused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := lf.logger(s.Err, "worker")
+			if err != nil {
+				return err
+			}
 			cfg.HeadURL = cf.head
 			if cfg.HeadURL == "" {
 				cfg.HeadURL = os.Getenv(client.EnvHead)
 			}
 			if cfg.HeadURL == "" {
 				cfg.HeadURL = client.DefaultHead
+			}
+			if err := tokenFiles.read(nil, &cfg.JoinToken); err != nil {
+				return err
 			}
 			if cfg.JoinToken == "" {
 				cfg.JoinToken = os.Getenv("TIDE_JOIN_TOKEN")
@@ -265,7 +338,6 @@ other flags are then unused.`,
 			if cfg.JoinToken == "" {
 				cfg.JoinToken = os.Getenv(client.EnvToken)
 			}
-			var err error
 			if cpu != "" {
 				if cfg.Resources.MilliCPU, err = capacity.ParseCPU(cpu); err != nil {
 					return badInput(fmt.Errorf("--cpu: %w", err))
@@ -307,19 +379,17 @@ other flags are then unused.`,
 				}
 				if tideprovider.IsNodeJoin(data) {
 					// tide kube's machine: it joins as a Node.
-					return runNodeAgent(cmd.Context(), s, bootstrapFile, data, 0)
+					return runNodeAgent(cmd.Context(), log.With("component", "node-agent"), bootstrapFile, data, 0)
 				}
 				if err := useBootstrap(&cfg, bootstrapFile, data, cf.caCert != ""); err != nil {
 					return badInput(err)
 				}
 			}
-			log, err := newLogger(s.Err, logLevel)
-			if err != nil {
-				return err
-			}
 			cfg.Logger = log
+			announce := lf.announcer(s.Err, log)
 			cfg.OnReady = func(i agent.Info) {
-				fmt.Fprintf(s.Err, "tide worker %s joined %s (logs on %s, %s)\n", i.WorkerID, cfg.HeadURL, i.LogAddr, i.Resources)
+				announce(fmt.Sprintf("tide worker %s joined %s (logs on %s, %s)", i.WorkerID, cfg.HeadURL, i.LogAddr, i.Resources),
+					"worker", i.WorkerID, "head", cfg.HeadURL, "log_addr", i.LogAddr)
 			}
 			if err := agent.Run(cmd.Context(), cfg); err != nil {
 				if strings.HasPrefix(err.Error(), "worker config:") {
@@ -337,6 +407,7 @@ other flags are then unused.`,
 	f.StringVar(&bootstrapFile, "bootstrap", "", "join with a bootstrap blob: a file, or - for standard input (sets the head, CA, pool, name and credential)")
 	f.StringVar(&cfg.Name, "name", "", "stable worker name (target_worker); default: the name kept in --data-dir, else a new id")
 	f.StringVar(&cfg.JoinToken, "join-token", "", "join token (env TIDE_JOIN_TOKEN)")
+	f.StringVar(&tokenFiles.join, "join-token-file", "", "file holding the join token (e.g. a systemd credential), instead of --join-token")
 	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir("worker"), "identity, process records and logs")
 	f.StringVar(&cpu, "cpu", "", "CPU to offer, cores or millicores (\"8\", \"7500m\"); default: all")
 	f.StringVar(&memory, "memory", "", "memory to offer (\"16Gi\"); default: the machine's or cgroup's")
@@ -352,6 +423,6 @@ other flags are then unused.`,
 	f.DurationVar(&cfg.DefaultGracePeriod, "grace-period", agent.DefaultGracePeriod, "SIGTERM→SIGKILL grace when the head gives none")
 	f.DurationVar(&cfg.RetryMax, "retry-max", 5*time.Second, "longest wait between attempts to reach the head")
 	f.BoolVar(&cfg.StopOnExit, "stop-on-exit", false, "stop every instance when the worker exits (default: leave them to be adopted)")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	lf.register(cmd)
 	return cmd
 }

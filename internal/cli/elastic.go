@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tide-project/tide/internal/buildinfo"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/httpapi"
 )
@@ -48,7 +49,26 @@ func newPoolsCmd(s Streams) *cobra.Command {
 		Short: "List pools: desired, ready, pending and draining nodes, queue and the last scaling decision",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return askHead(cmd.Context(), s, &cf, out, (*client.Client).Pools, printPools)
+			// The head's build goes under the table; a head older than
+			// GET /version has no line, and -o json stays the list.
+			var head *buildinfo.Info
+			pools := func(c *client.Client, ctx context.Context) ([]httpapi.PoolJSON, error) {
+				ps, err := c.Pools(ctx)
+				if err == nil && out != "json" {
+					if v, verr := c.Version(ctx); verr == nil {
+						head = &v
+					}
+				}
+				return ps, err
+			}
+			print := func(w io.Writer, ps []httpapi.PoolJSON) error {
+				if err := printPools(w, ps); err != nil || head == nil {
+					return err
+				}
+				_, err := fmt.Fprintf(w, "\nhead: %s\n", head)
+				return err
+			}
+			return askHead(cmd.Context(), s, &cf, out, pools, print)
 		},
 	}
 	cf.register(cmd)

@@ -112,6 +112,7 @@ func serveFleet(ctx context.Context, addr string, srv fleetv1.FleetServer) (net.
 
 func newFleetCoordinatorCmd(s Streams) *cobra.Command {
 	var ef etcdFlags
+	var lf logFlags
 	var id, listen, configPath string
 	var interval, ttl time.Duration
 	var preempt bool
@@ -128,6 +129,10 @@ their initial quota) to etcd if it holds none; with the same configuration
 already there it changes nothing, with another it refuses to start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := lf.logger(s.Err, "fleet-coordinator")
+			if err != nil {
+				return err
+			}
 			if id == "" {
 				host, _ := os.Hostname()
 				id = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -155,7 +160,6 @@ already there it changes nothing, with another it refuses to start.`,
 					return fmt.Errorf("fleet config: %w", err)
 				}
 			}
-			logger := slog.New(slog.NewTextHandler(s.Err, nil))
 			c, err := coord.New(coord.Config{ID: id, Address: listen, Interval: interval, LeaseTTL: ttl,
 				Plan: fleet.CoordinatorConfig{Preemption: preempt}}, coord.Deps{Store: store, Logger: logger})
 			if err != nil {
@@ -173,6 +177,7 @@ already there it changes nothing, with another it refuses to start.`,
 		},
 	}
 	ef.register(cmd)
+	lf.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&id, "id", "", "replica name (default host-pid)")
 	f.StringVar(&listen, "listen", defaultFleet, "address of the Fleet API")
@@ -186,6 +191,7 @@ already there it changes nothing, with another it refuses to start.`,
 func newFleetShardCmd(s Streams) *cobra.Command {
 	var ef etcdFlags
 	var listen, advertise, holder, pool, dataDir string
+	var lf logFlags
 	var shard uint16
 	var interval, ttl time.Duration
 	cmd := &cobra.Command{
@@ -201,6 +207,10 @@ provider options hold (sim: {"boot": "30s", "configure": "10s", "drain": "10s",
 their state under --data-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := lf.logger(s.Err, "fleet-shard")
+			if err != nil {
+				return err
+			}
 			if shard == 0 {
 				return badInput(errors.New("--shard: must be 1 or more"))
 			}
@@ -214,7 +224,6 @@ their state under --data-dir.`,
 			if err != nil {
 				return err
 			}
-			logger := slog.New(slog.NewTextHandler(s.Err, nil))
 			if dataDir == "" {
 				home, err := os.UserHomeDir()
 				if err != nil {
@@ -250,6 +259,7 @@ their state under --data-dir.`,
 		},
 	}
 	ef.register(cmd)
+	lf.register(cmd)
 	f := cmd.Flags()
 	f.Uint16Var(&shard, "shard", 0, "shard id (1 or more)")
 	f.StringVar(&listen, "listen", "127.0.0.1:0", "address of the shard's Fleet API")

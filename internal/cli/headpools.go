@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -17,16 +16,19 @@ import (
 // runHeadPools is `tide head --config FILE`: the head runs one pool
 // controller per pool of the file (the assembly `tide up` runs too), and
 // re-reads the file on SIGHUP.
-func runHeadPools(ctx context.Context, stderr io.Writer, path string, hc head.Config) error {
+func runHeadPools(ctx context.Context, announce func(msg string, args ...any), path string, hc head.Config) error {
+	// --tls auto serves HTTPS only, like --tls-cert: the announced URL is
+	// the one that works.
 	scheme := "http"
-	if hc.TLSCertFile != "" {
+	if hc.TLSCertFile != "" || hc.TLSAuto {
 		scheme = "https"
 	}
 	a, err := assembly.New(ctx, assembly.Config{
 		ConfigPath: path, Head: hc, Name: "tide head", ControllerID: "tide-head", Logger: hc.Logger,
 		Registry: hc.Registry,
 		OnListen: func(addr net.Addr) {
-			fmt.Fprintf(stderr, "tide head listening on %s://%s with the pools of %s (SIGHUP re-reads it)\n", scheme, addr, path)
+			url := scheme + "://" + addr.String()
+			announce(fmt.Sprintf("tide head listening on %s with the pools of %s (SIGHUP re-reads it)", url, path), "url", url, "config", path)
 		},
 	})
 	if err != nil {

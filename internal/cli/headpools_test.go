@@ -52,3 +52,32 @@ func TestHeadConfigRefusesBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadTLSAutoAnnouncesHTTPS: tide head --tls auto, with and without
+// --config, announces an https:// URL, and that URL answers over TLS with
+// the CA the head made (what a user copies from the line works).
+func TestHeadTLSAutoAnnouncesHTTPS(t *testing.T) {
+	cfg := writeFile(t, t.TempDir(), "sim.yaml", `pools:
+  - name: demo
+    provider: {type: sim}
+    nodes: [0, 2]
+    offerings:
+      - {type: s1, cpu: 1, memory: 1Gi, price: 1}
+`)
+	for _, extra := range [][]string{nil, {"--config", cfg}} {
+		data := t.TempDir()
+		d := startDaemon(t, append([]string{"head", "--port", "0", "--data-dir", data, "--tls", "auto", "--token", "tok"}, extra...)...)
+		url := headURL(t, d)
+		if !strings.HasPrefix(url, "https://") {
+			t.Fatalf("tide head --tls auto %v announced %q:\n%s", extra, url, d.stderr.String())
+		}
+		c, err := httpClient(filepath.Join(data, "tls", "ca.pem"), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := get(t, c, url+"/health", "tok"); !strings.Contains(got, `"ok"`) {
+			t.Fatalf("GET %s/health = %s", url, got)
+		}
+		d.shutdown(t)
+	}
+}

@@ -2,13 +2,16 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tide-project/tide/deploy"
+	"github.com/tide-project/tide/internal/buildinfo"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
 	"github.com/tide-project/tide/internal/kube/operator"
 )
@@ -32,6 +35,7 @@ Then run the controller (two replicas: one holds the Lease and acts):
 	}
 	var o operator.Options
 	var debug bool
+	var lf logFlags
 	f := cmd.Flags()
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster service account)")
 	f.StringVar(&o.Namespace, "namespace", "tide-system", "namespace of the leader Lease, the pools' journals and the kwok provider's state")
@@ -46,17 +50,21 @@ Then run the controller (two replicas: one holds the Lease and acts):
 	f.DurationVar(&o.Batch, "batch", 100*time.Millisecond, "delay after a pod or node change before the pass it triggers")
 	f.StringVar(&o.LocalRoot, "local-root", "", "directory of the machines of local and netns NodePools, which run on this host (one subdirectory per NodePool)")
 	f.StringVar(&o.NodeServer, "node-apiserver", "", "apiserver URL the machines of non-kwok NodePools join at (default: the one tide kube uses)")
-	f.BoolVar(&debug, "debug", false, "log at debug level")
+	f.BoolVar(&debug, "debug", false, "log at debug level (--log-level debug)")
+	lf.register(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0 {
 			return badInput(fmt.Errorf("--lease-duration (%s) must exceed --renew-deadline (%s), which must exceed --retry-period (%s) > 0",
 				o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
 		}
-		level := slog.LevelInfo
 		if debug {
-			level = slog.LevelDebug
+			lf.level = "debug"
 		}
-		o.Logger = slog.New(slog.NewTextHandler(s.Err, &slog.HandlerOptions{Level: level}))
+		log, err := lf.logger(s.Err, "kube")
+		if err != nil {
+			return err
+		}
+		o.Logger = log
 		return operator.Run(cmd.Context(), o)
 	}
 	cmd.AddCommand(newKubeInstallCmd(s), newKubeNodeCmd(s))
@@ -64,22 +72,51 @@ Then run the controller (two replicas: one holds the Lease and acts):
 }
 
 func newKubeInstallCmd(s Streams) *cobra.Command {
-	return &cobra.Command{
-		Use:   "install",
-		Short: "Print the NodePool CRD and the controller's RBAC (the files under deploy/)",
+	var withDeployment bool
+	var image string
+	cmd := &cobra.Command{
+		Use:   "install [--deployment [--image REF]]",
+		Short: "Print the NodePool CRD and the controller's RBAC, and with --deployment tide kube's Deployment (the files under deploy/)",
 		Long: `install prints the NodePool CustomResourceDefinition and the RBAC the controller
-needs, as one YAML stream; pipe it to kubectl apply -f -.`,
+needs, as one YAML stream; pipe it to kubectl apply -f -. With --deployment it
+adds tide kube itself: a Deployment of two replicas on a Lease (probes on
+:8081, metrics on :8080), its metrics Service and a PodDisruptionBudget, running
+--image (default ` + "`" + `ghcr.io/tide-project/tide:<this version>` + "`" + `). deploy/kustomization.yaml
+is the same set for kubectl apply -k.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := s.Out.Write(deploy.All())
+			if !withDeployment {
+				if cmd.Flags().Changed("image") {
+					return badInput(errors.New("--image goes with --deployment"))
+				}
+				_, err := s.Out.Write(deploy.All())
+				return err
+			}
+			if image == "" {
+				image = "ghcr.io/tide-project/tide:" + imageTag(buildinfo.Get().Version)
+			}
+			_, err := s.Out.Write(deploy.AllWithDeployment(image))
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&withDeployment, "deployment", false, "also print tide kube's Deployment, metrics Service and PodDisruptionBudget")
+	cmd.Flags().StringVar(&image, "image", "", "with --deployment: the image to run (default ghcr.io/tide-project/tide:<this version>)")
+	return cmd
+}
+
+// imageTag is the tag of this build's image: its version, or latest for a
+// build that has none.
+func imageTag(version string) string {
+	if version == "" || version == "devel" || strings.ContainsAny(version, "+/") {
+		return "latest"
+	}
+	return version
 }
 
 func newKubeNodeCmd(s Streams) *cobra.Command {
 	var bootstrap string
 	var interval time.Duration
+	var lf logFlags
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Join this machine to a Kubernetes cluster as a Node (the agent tide kube starts on its machines)",
@@ -92,15 +129,20 @@ machines); on a machine with a container runtime, run kubeadm join instead.
 The join document comes from --bootstrap (a file, or - for standard input).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := lf.logger(s.Err, "node-agent")
+			if err != nil {
+				return err
+			}
 			b, err := readBootstrap(bootstrap, s.In)
 			if err != nil {
 				return badInput(err)
 			}
-			return runNodeAgent(cmd.Context(), s, bootstrap, b, interval)
+			return runNodeAgent(cmd.Context(), log, bootstrap, b, interval)
 		},
 	}
 	cmd.Flags().StringVar(&bootstrap, "bootstrap", "", "join document (a file, or - for standard input)")
 	cmd.Flags().DurationVar(&interval, "interval", 0, "heartbeat period of the Node's Ready condition and Lease (default: the join document's, else 10s)")
+	lf.register(cmd)
 	_ = cmd.MarkFlagRequired("bootstrap")
 	return cmd
 }
@@ -108,11 +150,10 @@ The join document comes from --bootstrap (a file, or - for standard input).`,
 // runNodeAgent registers the machine as the Node of join document b (read
 // from path) and heartbeats every interval (0: the document's) until ctx
 // ends.
-func runNodeAgent(ctx context.Context, s Streams, path string, b []byte, interval time.Duration) error {
+func runNodeAgent(ctx context.Context, log *slog.Logger, path string, b []byte, interval time.Duration) error {
 	j, err := nodeagent.Parse(b)
 	if err != nil {
 		return badInput(fmt.Errorf("--bootstrap %s: %w", path, err))
 	}
-	log := slog.New(slog.NewTextHandler(s.Err, nil))
 	return nodeagent.Run(ctx, j, nodeagent.Config{Interval: interval, Logger: log})
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -19,6 +18,7 @@ import (
 func newUpCmd(s Streams) *cobra.Command {
 	var cfg up.Config
 	var verbose bool
+	var lf logFlags
 	cmd := &cobra.Command{
 		Use:   "up [--config F] [--data-dir D] [--port N]",
 		Short: "Run a head and elastic pools of local worker processes (the embedded default)",
@@ -36,11 +36,14 @@ workers are drained and deleted, then tide up exits. A second Ctrl-C exits at
 once (workers left running are adopted by the next start).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			level := slog.LevelInfo
 			if verbose {
-				level = slog.LevelDebug
+				lf.level = "debug"
 			}
-			cfg.Logger = slog.New(slog.NewTextHandler(s.Err, &slog.HandlerOptions{Level: level}))
+			log, err := lf.logger(s.Err, "up")
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
 			if cfg.TLS != "" && cfg.TLS != "auto" {
 				return badInput(fmt.Errorf("--tls %q: the only mode is auto", cfg.TLS))
 			}
@@ -82,7 +85,8 @@ once (workers left running are adopted by the next start).`,
 	f.StringArrayVar(&cfg.TLSSANs, "tls-san", nil, "extra host name or IP the --tls auto certificate names (repeatable)")
 	f.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate (PEM); serves HTTPS with --tls-key")
 	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key (PEM)")
-	f.BoolVarP(&verbose, "verbose", "v", false, "log debug messages")
+	f.BoolVarP(&verbose, "verbose", "v", false, "log debug messages (--log-level debug)")
+	lf.register(cmd)
 	return cmd
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tide-project/tide/internal/buildinfo"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/httpapi"
 )
@@ -147,4 +148,12 @@ func (c *Client) followOnce(ctx context.Context, hc *http.Client, o *EventOption
 		return n, fmt.Errorf("follow events: read: %w", err)
 	}
 	return n, nil
+}
+
+// Version returns the head's build (GET /version); a head older than the
+// endpoint answers 404, returned as an error.
+func (c *Client) Version(ctx context.Context) (buildinfo.Info, error) {
+	var out buildinfo.Info
+	_, err := c.do(ctx, http.MethodGet, "/version", nil, nil, &out)
+	return out, err
 }

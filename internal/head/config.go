@@ -106,7 +106,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Registry receives the head's metrics and is served at /metrics; no
 	// metrics when nil.
-	Registry *prometheus.Registry
+	Registry Registry
 	// OnPressure is called with every changed pressure report (per pool),
 	// from the scheduler goroutine.
 	OnPressure func(map[string]capacity.Pressure)
@@ -262,4 +262,12 @@ func (cfg Config) autoTLS(now time.Time) (Config, error) {
 	}
 	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.CACertPEM = files.CertFile, files.KeyFile, files.CAPEM
 	return cfg, nil
+}
+
+// Registry is where the head registers its metrics and what /metrics
+// serves: a *prometheus.Registry, or a wrapper of one (a test that records
+// what is registered).
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
 }

@@ -16,6 +16,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tide-project/tide/internal/buildinfo"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/httpapi"
@@ -108,10 +110,13 @@ type metrics struct {
 	late prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry) metrics {
+func newMetrics(reg Registry) metrics {
 	var r prometheus.Registerer
 	if reg != nil {
 		r = reg
+		// Every /metrics tide serves says which build it is; Register
+		// keeps the one gauge when the assembly registered it already.
+		_ = buildinfo.Register(reg)
 	}
 	f := promauto.With(r)
 	return metrics{
@@ -202,10 +207,17 @@ func (h *Head) Handler() http.Handler {
 	opts.Extra = httpapi.DashboardRoutes(h)
 	opts.Extra["POST /bootstrap"] = http.HandlerFunc(h.serveBootstrap)
 	opts.Extra["GET /leader"] = http.HandlerFunc(h.serveLeader)
+	opts.Extra["GET /version"] = http.HandlerFunc(serveVersion)
 	if h.cfg.Registry != nil {
 		opts.Extra["GET /metrics"] = promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})
 	}
 	return httpapi.BodyTimeoutHandler(webui.Mount(httpapi.NewHandler(h, opts)), h.cfg.BodyTimeout)
+}
+
+// serveVersion answers GET /version with this head's build.
+func serveVersion(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(buildinfo.Get())
 }
 
 // Poke wakes the scheduling loop (coalesced).

@@ -20,8 +20,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/tide-project/tide/internal/assembly"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/config"
@@ -55,7 +53,7 @@ type Config struct {
 	// Logger receives logs; discarded when nil.
 	Logger *slog.Logger
 	// Registry receives every metric and is served at /metrics; a new one when nil.
-	Registry *prometheus.Registry
+	Registry head.Registry
 	// OnListen is called with the head's address once it listens.
 	OnListen func(net.Addr)
 	// Head overrides head settings (intervals, timeouts) in tests; its

@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/tide-project/tide/internal/buildinfo"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
 	"github.com/tide-project/tide/internal/httpapi"
@@ -162,6 +163,10 @@ func TestDashboardDrivesAScalingPool(t *testing.T) {
 		return n
 	}
 	before := points()
+
+	// The footer names the head's build (GET /version).
+	want := "tide " + buildinfo.Get().Version + " · commit "
+	waitJS(t, ctx, 10*time.Second, "the footer's version", fmt.Sprintf(`document.getElementById('footer').textContent.startsWith(%q)`, want))
 
 	// Work arrives: the pool scales up, and the chart grows.
 	var ids []string

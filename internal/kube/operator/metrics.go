@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tide-project/tide/internal/autoscale"
 )
 
 // Metric names, in the head's conventions (tide_<part>_<what>_<unit>).
@@ -22,6 +24,9 @@ type metrics struct {
 	markedN   *prometheus.GaugeVec
 	unmatched prometheus.Gauge
 	latency   prometheus.Histogram
+	// figures are the target-tracking pools' M, N and
+	// CapacityProviderReservation (autoscale.FigureMetrics).
+	figures *autoscale.FigureMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,6 +47,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var errs []error
+	var err error
+	m.figures, err = autoscale.NewFigureMetrics(reg)
+	errs = append(errs, err)
 	for _, c := range []prometheus.Collector{m.loop, m.pending, m.markedN, m.unmatched, m.latency} {
 		errs = append(errs, reg.Register(c))
 	}
@@ -56,6 +64,7 @@ func (m *metrics) pool(name string, pending, marked int) {
 }
 
 func (m *metrics) forget(name string) {
+	m.figures.Forget(name)
 	m.pending.DeleteLabelValues(name)
 	m.markedN.DeleteLabelValues(name)
 }

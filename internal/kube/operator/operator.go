@@ -532,6 +532,7 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 		return fail(err)
 	}
 	auto, err := autoscale.New(autoscale.Config{Pool: name, Policy: pol, Desired: p.Config.Nodes.Desired, Interval: o.cfg.Interval,
+		Figures: o.metrics.figures,
 		Ordinal: func(node string) (reconcile.NodeID, bool) {
 			r.mu.Lock()
 			defer r.mu.Unlock()

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +32,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/tide-project/tide/internal/buildinfo"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
 )
 
@@ -114,6 +116,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	rc.QPS, rc.Burst = 200, 400 // bursts of Node creates and evictions
 	ctrl.SetLogger(logr.FromSlogHandler(o.Logger.Handler()))
+	// client-go's own messages (leader election, reflectors) in tide's
+	// format too, so --log-format json yields JSON lines only.
+	klog.SetSlogLogger(o.Logger.With("component", "client-go"))
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -163,6 +168,9 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("manager: %w", err)
 	}
 	reg := prometheus.NewRegistry()
+	if err := buildinfo.Register(reg); err != nil {
+		return err
+	}
 	join, err := nodeJoin(rc, o)
 	if err != nil {
 		return err

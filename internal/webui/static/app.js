@@ -234,6 +234,16 @@
     document.getElementById("who").textContent = isAdmin() ? "admin" : (state.authRequired ? "" : "read-only");
     route();
     watch();
+    version();
+  }
+
+  // version puts the head's build (GET /version) in the footer; a head
+  // without the endpoint leaves it empty.
+  function version() {
+    api("/version").then(function (v) {
+      document.getElementById("footer").textContent = "tide " + v.version + " · commit " +
+        String(v.commit).slice(0, 12) + " · built " + v.date + " · " + v.go_version;
+    }, function () {});
   }
 
   window.addEventListener("hashchange", function () { if (state.view || !state.authRequired || state.token) route(); });
