@@ -306,7 +306,7 @@ other flags are then unused.`,
 				}
 				if provider.IsNodeJoin(data) {
 					// tide kube's machine: it joins as a Node.
-					return runNodeAgent(cmd.Context(), s, bootstrapFile, data, 0)
+					return runNodeAgent(cmd.Context(), s, bootstrapFile, data, 0, cfg.DataDir)
 				}
 				if err := useBootstrap(&cfg, bootstrapFile, data, cf.caCert != ""); err != nil {
 					return badInput(err)
