@@ -150,7 +150,13 @@ func EnsureMounted() error {
 		if err := os.MkdirAll(h.Point, 0o755); err != nil {
 			return err
 		}
-		if err := syscall.Mount(h.Source, h.Point, h.FSType, mountFlags(h.Opts), mountData(h.Super)); err != nil {
+		err := syscall.Mount(h.Source, h.Point, h.FSType, mountFlags(h.Opts), mountData(h.Super))
+		if err != nil && h.FSType == "cgroup2" && mountData(h.Super) != "" {
+			// cgroup2's options (nsdelegate, memory_recursiveprot) are
+			// the first mount's to choose; the hierarchy is the same.
+			err = syscall.Mount(h.Source, h.Point, h.FSType, mountFlags(h.Opts), "")
+		}
+		if err != nil {
 			return fmt.Errorf("mount %s %s on %s: %w", h.FSType, mountData(h.Super), h.Point, err)
 		}
 	}

@@ -362,6 +362,7 @@ func (m *machine) stop() error {
 	unmountUnder(m.p.State)
 	unmountUnder(m.p.Run)
 	_ = os.RemoveAll(m.p.Run)
+	_ = os.Remove(filepath.Dir(m.p.Run)) // when this was the last machine
 	for _, c := range []*child{m.kubelet, m.containerd} {
 		if c != nil {
 			c.log.Close()

@@ -58,6 +58,13 @@ func TestLiveKubeletNodes(t *testing.T) {
 		t.Skip(why)
 	}
 	saveSysctls(t)
+	// A short root: the kubelet's sockets live under its machine's data
+	// directory, and a unix socket's path has at most 107 bytes.
+	root, err := os.MkdirTemp("", "tk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
 	leftovers := hostPathsBefore()
 	prefix := fmt.Sprintf("tq%04x", os.Getpid()&0xffff)
 	third := 20 + os.Getpid()%200
@@ -65,7 +72,6 @@ func TestLiveKubeletNodes(t *testing.T) {
 	t.Cleanup(func() { removeKubeletMachines(t, prefix); removeHostPaths(t, leftovers) }) // after the operator stopped
 
 	l := startLiveWith(t, kubetest.Options{APIServerSANs: []string{gw}})
-	ctx := context.Background()
 	if err := l.Create(deploy.RBAC); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +85,7 @@ func TestLiveKubeletNodes(t *testing.T) {
 	const n = 3
 	l.nodePool(t, "kl", fmt.Sprintf(kubeletPool, n, prefix, third, filepath.Join(l.Bin, "kubelet"), kubetest.CNIBinDir(),
 		kubetest.PauseImage, pause, busybox))
-	l.runOperatorWith(t, operator.Options{Identity: "kl", Pools: []string{"kl"}, LocalRoot: t.TempDir(), NodeBinary: bin,
+	l.runOperatorWith(t, operator.Options{Identity: "kl", Pools: []string{"kl"}, LocalRoot: root, NodeBinary: bin,
 		NodeServer: "https://" + net.JoinHostPort(gw, api.Port()), NodeCA: l.CAFile})
 
 	runs := 1
@@ -96,7 +102,6 @@ func TestLiveKubeletNodes(t *testing.T) {
 	}
 	t.Logf("over %d runs of %d pods: pod created → its Node Ready %s; Node Ready → pod Running %s; pod created → Running %s",
 		runs, n, pcts(toReady), pcts(toRunning), pcts(total))
-	_ = ctx
 }
 
 // kubeletFigures are one run's latencies, one per pod.
@@ -117,7 +122,7 @@ func (l *live) kubeletRun(t *testing.T, name string, n int) kubeletFigures {
 				TerminationGracePeriodSeconds: &grace,
 				Containers: []corev1.Container{{Name: "hello", Image: kubetest.BusyboxImage, ImagePullPolicy: corev1.PullNever,
 					Command: []string{"sh", "-c", `trap 'echo stopped; exit 0' TERM; echo "ran on $NODE in $(hostname)"; while true; do sleep 0.2; done`},
-					Env: []corev1.EnvVar{{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+					Env:     []corev1.EnvVar{{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("600m"),
 						corev1.ResourceMemory: resource.MustParse("64Mi")}}}}}}}}
 	if _, err := l.cs.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
