@@ -25,3 +25,7 @@ type Config struct {
 	StopTimeout time.Duration
 	Logger      *slog.Logger
 }
+
+// RunDir holds one directory per machine on the host, named as its cgroup
+// root, for its containerd's sockets.
+const RunDir = "/run/tide-kubelet"

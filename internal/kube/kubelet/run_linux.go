@@ -5,8 +5,6 @@ package kubelet
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -103,12 +101,14 @@ func newMachine(j nodeagent.Join, kj nodeagent.Kubelet, cfg Config) (*machine, e
 	if err != nil {
 		return nil, fmt.Errorf("kubelet: data dir: %w", err)
 	}
-	sum := sha256.Sum256([]byte(data))
-	m.p = paths{State: filepath.Join(data, "kubelet"), Run: "/run/tide-kubelet/" + hex.EncodeToString(sum[:6])}
 	m.cgroupRoot = cmpOr(cfg.CgroupRoot, cmpOr(os.Getenv(CgroupEnv), "tide-"+j.Node))
 	if strings.ContainsAny(m.cgroupRoot, "/ ") || m.cgroupRoot == "." || m.cgroupRoot == ".." {
 		return nil, fmt.Errorf("kubelet: cgroup root %q: want one name", m.cgroupRoot)
 	}
+	// The sockets live in RunDir/<cgroup root>: a path under the data
+	// directory may pass a unix socket's 107 bytes, and the name is the
+	// machine's, so the provider removes it with the cgroup.
+	m.p = paths{State: filepath.Join(data, "kubelet"), Run: filepath.Join(RunDir, m.cgroupRoot)}
 	look := func(what, path, def string) (string, error) {
 		p, err := exec.LookPath(cmpOr(path, def))
 		if err != nil {

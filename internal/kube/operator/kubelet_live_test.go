@@ -192,14 +192,16 @@ func (l *live) kubeletRun(t *testing.T, name string, n int) kubeletFigures {
 		}
 	}
 	for p, node := range podNode {
-		logs, err := l.cs.CoreV1().Pods("default").GetLogs(p, &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err != nil {
-			t.Errorf("logs of pod %s (through the apiserver and the kubelet of %s): %v", p, node, err)
-			continue
-		}
-		if want := "ran on " + node + " in " + p; !strings.Contains(string(logs), want) {
-			t.Errorf("pod %s logged %q, want %q", p, logs, want)
-		}
+		// Through the apiserver and the pod's kubelet; a container that
+		// just started may not have written its line yet.
+		want := "ran on " + node + " in " + p
+		kubetest.Eventually(t, 20*time.Second, func() (bool, string) {
+			logs, err := l.cs.CoreV1().Pods("default").GetLogs(p, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil {
+				return false, fmt.Sprintf("logs of pod %s (through the apiserver and the kubelet of %s): %v", p, node, err)
+			}
+			return strings.Contains(string(logs), want), fmt.Sprintf("pod %s logged %q, want %q", p, logs, want)
+		})
 	}
 	// The pods' containers run in their machine's cgroup.
 	for _, nd := range nodes {
@@ -214,6 +216,9 @@ func (l *live) kubeletRun(t *testing.T, name string, n int) kubeletFigures {
 		t.Fatal(err)
 	}
 	began = time.Now()
+	var steps []string
+	last := ""
+	defer func() { t.Logf("%s: scale-down steps: %s", name, strings.Join(steps, "; ")) }()
 	kubetest.Eventually(t, 3*time.Minute, func() (bool, string) {
 		nn := len(l.poolNodes(t, "kl"))
 		pods, err := l.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
@@ -232,8 +237,12 @@ func (l *live) kubeletRun(t *testing.T, name string, n int) kubeletFigures {
 			}
 			left = append(left, cgroups.Exists(ns)...)
 		}
-		return nn == 0 && len(pods.Items) == 0 && len(secrets.Items) == 0 && len(left) == 0,
-			fmt.Sprintf("%d Nodes, %d pods, %d bootstrap token Secrets; left on the host: %v", nn, len(pods.Items), len(secrets.Items), left)
+		msg := fmt.Sprintf("%d Nodes, %d pods, %d bootstrap token Secrets; left on the host: %v", nn, len(pods.Items), len(secrets.Items), left)
+		if msg != last {
+			steps = append(steps, fmt.Sprintf("+%v %s", time.Since(began).Round(100*time.Millisecond), msg))
+			last = msg
+		}
+		return nn == 0 && len(pods.Items) == 0 && len(secrets.Items) == 0 && len(left) == 0, msg
 	})
 	t.Logf("%s: back to 0 Nodes (pods stopped, machines, Nodes and tokens gone) in %v", name, time.Since(began).Round(time.Millisecond))
 	return fig
@@ -350,7 +359,9 @@ func saveSysctls(t *testing.T) {
 }
 
 // hostPaths are the fixed paths a kubelet and containerd make whatever
-// their configuration says.
+// their configuration says. The kubelets of one host share the first (the
+// device plugins' socket, unused here): the test removes it; every other
+// must be empty once the machines are gone.
 var hostPaths = []string{"/var/lib/kubelet/device-plugins/kubelet.sock", "/var/lib/kubelet/device-plugins",
 	"/var/lib/kubelet", "/var/log/containers", "/run/containerd/s", "/run/containerd", "/run/tide-kubelet"}
 
@@ -373,7 +384,12 @@ func removeHostPaths(t *testing.T, before map[string]bool) {
 			continue
 		}
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
-			t.Logf("left %s: %v", p, err)
+			ents, _ := os.ReadDir(p)
+			var left []string
+			for _, e := range ents {
+				left = append(left, e.Name())
+			}
+			t.Errorf("the machines left %s: %v (%v)", p, left, err)
 		}
 	}
 }

@@ -32,6 +32,29 @@ import (
 // kubelet.CgroupEnv.
 const CgroupEnv = "TIDE_MACHINE_CGROUP"
 
+// kubeletRunDir is where a kubelet machine keeps its containerd's sockets,
+// in a directory named as its cgroup root (kubelet.RunDir).
+const kubeletRunDir = "/run/tide-kubelet"
+
+// removeKubeletFiles removes what a kubelet machine killed before it could
+// stop leaves on the host: its socket directory, and the kubelet's
+// /var/log/containers links into its data directory.
+func (p *Provider) removeKubeletFiles(id, ns string) error {
+	errs := []error{os.RemoveAll(filepath.Join(kubeletRunDir, ns))}
+	_ = os.Remove(kubeletRunDir) // when it was the last machine's
+	dir := filepath.Join(p.root, "local", "machines", id) + "/"
+	es, _ := os.ReadDir("/var/log/containers")
+	for _, e := range es {
+		l := filepath.Join("/var/log/containers", e.Name())
+		if t, err := os.Readlink(l); err == nil && strings.HasPrefix(t, dir) {
+			if err := os.Remove(l); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // killTimeout bounds the wait for a machine's killed processes.
 const killTimeout = 10 * time.Second
 
@@ -482,6 +505,7 @@ func (p *Provider) teardown(id string) error {
 	if len(cgroups.Exists(ns)) > 0 {
 		errs = append(errs, cgroups.Kill(ns, killTimeout), cgroups.Remove(ns))
 	}
+	errs = append(errs, p.removeKubeletFiles(id, ns))
 	if p.nsExists(ns) {
 		errs = append(errs, p.ipGone("-n", ns, "link", "del", "eth0"))
 	}
