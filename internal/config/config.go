@@ -49,6 +49,9 @@ type Pool struct {
 	Scaling Scaling `json:"scaling"`
 	// Disruption is the pool's consolidation and its budgets (disruption.go).
 	Disruption *Disruption `json:"disruption,omitempty"`
+	// Limits bound the pool's CPU, memory, GPUs and cost per hour in all
+	// (limits.go); a purchase never crosses them.
+	Limits Limits `json:"limits,omitzero"`
 }
 
 // Provider selects and configures a capacity provider.
@@ -144,6 +147,7 @@ func (p *Pool) PolicyConfig() policy.Config {
 		MinUtilization: s.MinUtilization, MinUnutilizedNodes: s.MinUnutilizedNodes,
 		ScaleDownDelay: time.Duration(s.ScaleDownDelay), BatchWindow: time.Duration(s.BatchWindow), Headroom: s.Headroom,
 		ProtectFirstNode: s.ProtectFirstNode, ConsolidateAfter: time.Duration(s.ConsolidateAfter),
+		Limits: p.Limits.Limits,
 	}
 }
 
@@ -285,7 +289,7 @@ func (p *Pool) validate() error {
 			switch {
 			case strings.HasPrefix(msg, "nodes:"), strings.HasPrefix(msg, "offerings["):
 				// Already checked while decoding, with the field path.
-			case strings.HasPrefix(msg, "offerings:"):
+			case strings.HasPrefix(msg, "offerings:"), strings.HasPrefix(msg, "limits."):
 				errs = append(errs, e)
 			default:
 				errs = append(errs, fmt.Errorf("scaling.%w", e))

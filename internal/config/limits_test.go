@@ -1,0 +1,43 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestLimitsParse: `limits:` reads quantities as offerings do, reaches the
+// policy config, and every bad value is refused naming the pool and field.
+func TestLimitsParse(t *testing.T) {
+	const pool = `
+pools:
+  - name: cpu
+    provider: {type: sim}
+    nodes: [1, 40]
+    offerings: [{type: c4, cpu: 4, memory: 16Gi, price: 0.2}]
+    limits: %s
+`
+	f, err := Parse("t.yaml", []byte(strings.Replace(pool, "%s", "{cpu: 64, memory: 256Gi, gpus: 0, cost_per_hour: 4.5}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := f.Pools[0].PolicyConfig().Limits
+	if l.MilliCPU == nil || *l.MilliCPU != 64000 || *l.Memory != 256<<30 || *l.GPUs != 0 || *l.CostPerHour != 4.5 {
+		t.Fatalf("limits %+v", l)
+	}
+	f, err = Parse("t.yaml", []byte(strings.Replace(pool, "limits: %s", "", 1)))
+	if err != nil || !f.Pools[0].PolicyConfig().Limits.IsZero() {
+		t.Fatalf("no limits section: %v, %+v", err, f.Pools[0].Limits)
+	}
+	for limits, want := range map[string]string{
+		"{cpu: 2}":               `t.yaml: pool "cpu": limits.cpu: 2 is below nodes.min (1) x the smallest offering's 4`,
+		"{cost_per_hour: -1}":    `t.yaml: pool "cpu": limits.cost_per_hour: must be a non-negative number, got -1`,
+		"{memory: lots}":         `limits.memory`,
+		"{cpus: 4}":              `cpus`,
+		"{cost_per_hour: cheap}": `cost_per_hour`,
+	} {
+		_, err := Parse("t.yaml", []byte(strings.Replace(pool, "%s", limits, 1)))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("limits %s: error %v, want %q", limits, err, want)
+		}
+	}
+}
