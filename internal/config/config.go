@@ -49,6 +49,11 @@ type Pool struct {
 	Scaling Scaling `json:"scaling"`
 	// Disruption is the pool's consolidation and its budgets (disruption.go).
 	Disruption *Disruption `json:"disruption,omitempty"`
+	// Weight prefers the pool outright when routing an instance that names
+	// no pool (0..100, Karpenter's NodePool weight): among the pools whose
+	// selector and offerings fit, the heaviest first, the cheapest
+	// breaking ties.
+	Weight int `json:"weight,omitempty"`
 	// Limits bound the pool's CPU, memory, GPUs and cost per hour in all
 	// (limits.go); a purchase never crosses them.
 	Limits Limits `json:"limits,omitzero"`
@@ -277,6 +282,9 @@ func (p *Pool) validate() error {
 	}
 	if !known {
 		errs = append(errs, fmt.Errorf("provider.type: unknown provider %q (want one of %s)", p.Provider.Type, strings.Join(ProviderTypes, ", ")))
+	}
+	if p.Weight < 0 || p.Weight > 100 {
+		errs = append(errs, fmt.Errorf("weight: must be within 0..100, got %d", p.Weight))
 	}
 	if _, err := p.Consolidation(); err != nil {
 		errs = append(errs, splitJoined(err)...)

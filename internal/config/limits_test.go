@@ -41,3 +41,23 @@ pools:
 		}
 	}
 }
+
+// TestWeightParse: weight is read and bounded to 0..100, naming the field.
+func TestWeightParse(t *testing.T) {
+	const pool = `
+pools:
+  - name: cpu
+    provider: {type: sim}
+    nodes: [0, 4]
+    offerings: [{type: c4, cpu: 4, memory: 16Gi, price: 0.2}]
+    weight: %s
+`
+	f, err := Parse("t.yaml", []byte(strings.Replace(pool, "%s", "30", 1)))
+	if err != nil || f.Pools[0].Weight != 30 {
+		t.Fatalf("weight 30: %v", err)
+	}
+	_, err = Parse("t.yaml", []byte(strings.Replace(pool, "%s", "101", 1)))
+	if err == nil || !strings.Contains(err.Error(), `pool "cpu": weight: must be within 0..100, got 101`) {
+		t.Fatalf("weight 101: %v", err)
+	}
+}
