@@ -114,7 +114,7 @@ type Assembly struct {
 	routes []config.Pool // the config's pools, for routing
 	// lastRoute is the last routing choice recorded as an event.
 	lastRoute atomic.Pointer[string]
-	runCtx context.Context
+	runCtx    context.Context
 	// ha is set when the head shares etcd with others: pools run only while
 	// it leads, under leadCtx (nil when it does not lead).
 	ha       bool
