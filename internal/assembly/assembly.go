@@ -167,6 +167,7 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 	hc.Registry, hc.Logger = cfg.Registry, log.With("component", "head")
 	hc.OnPressure = a.observe
 	hc.Route = a.route
+	hc.MaxQueued = a.maxQueued
 	hc.PoolStatus = a.status
 	hc.OnListen = nil
 	gws, err := a.netnsGateways(source, pools, listenHost(hc.Addr))
@@ -415,6 +416,18 @@ func (a *Assembly) route(labels map[string]string, req capacity.Resources) strin
 		}
 	}
 	return r.pool
+}
+
+// maxQueued is pool name's max_queued in the current config (0: no cap).
+func (a *Assembly) maxQueued(name string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range a.routes {
+		if a.routes[i].Name == name {
+			return a.routes[i].MaxQueued
+		}
+	}
+	return 0
 }
 
 // status is what `tide pools` and `tide nodes` show.

@@ -54,6 +54,10 @@ type Pool struct {
 	// selector and offerings fit, the heaviest first, the cheapest
 	// breaking ties.
 	Weight int `json:"weight,omitempty"`
+	// MaxQueued caps the instances waiting (PENDING) in the pool: a submit
+	// that would pass it is refused with 429 (seed 002's provisioning
+	// queue cap). 0, the default, is no cap.
+	MaxQueued int `json:"max_queued,omitempty"`
 	// Limits bound the pool's CPU, memory, GPUs and cost per hour in all
 	// (limits.go); a purchase never crosses them.
 	Limits Limits `json:"limits,omitzero"`
@@ -285,6 +289,9 @@ func (p *Pool) validate() error {
 	}
 	if p.Weight < 0 || p.Weight > 100 {
 		errs = append(errs, fmt.Errorf("weight: must be within 0..100, got %d", p.Weight))
+	}
+	if p.MaxQueued < 0 {
+		errs = append(errs, fmt.Errorf("max_queued: must not be negative, got %d", p.MaxQueued))
 	}
 	if _, err := p.Consolidation(); err != nil {
 		errs = append(errs, splitJoined(err)...)

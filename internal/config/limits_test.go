@@ -60,4 +60,8 @@ pools:
 	if err == nil || !strings.Contains(err.Error(), `pool "cpu": weight: must be within 0..100, got 101`) {
 		t.Fatalf("weight 101: %v", err)
 	}
+	_, err = Parse("t.yaml", []byte(strings.Replace(pool, "weight: %s", "max_queued: -1", 1)))
+	if err == nil || !strings.Contains(err.Error(), `pool "cpu": max_queued: must not be negative, got -1`) {
+		t.Fatalf("max_queued -1: %v", err)
+	}
 }

@@ -912,3 +912,34 @@ func TestSubmitBounds(t *testing.T) {
 		t.Fatalf("stored after refusals: %d %d instances", code, len(list))
 	}
 }
+
+// TestMaxQueuedRefusesWith429: a pool's cap on waiting instances refuses
+// a submit that would pass it with 429 and a reason; another pool, and the
+// same pool once an instance stops waiting, still accept.
+func TestMaxQueuedRefusesWith429(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.MaxQueued = func(pool string) int {
+			if pool == "capped" {
+				return 2
+			}
+			return 0
+		}
+	})
+	first := e.submit(obj{"command": "x", "pool": "capped"})
+	e.submit(obj{"command": "x", "pool": "capped"})
+	for _, body := range []obj{{"command": "x", "pool": "capped"}, {"command": "x", "pool": "capped", "replicas": 5}} {
+		var out struct{ Detail string }
+		code := e.do("POST", "/instances", body, &out)
+		if code != http.StatusTooManyRequests || !strings.Contains(out.Detail, `pool "capped" has 2 instances waiting;`) ||
+			!strings.Contains(out.Detail, "would pass its max_queued of 2") {
+			t.Fatalf("submit past the cap: %d %q", code, out.Detail)
+		}
+	}
+	for range 3 {
+		e.submit(obj{"command": "x", "pool": "free"})
+	}
+	if code := e.do("POST", "/instances/"+first+"/cancel", nil, nil); code != 200 {
+		t.Fatalf("cancel: %d", code)
+	}
+	e.submit(obj{"command": "x", "pool": "capped"})
+}
