@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/tide-project/tide/internal/atomicfile"
 	"github.com/tide-project/tide/internal/httpapi"
 )
 
@@ -67,7 +68,7 @@ func (a *Agent) runDir(k key) string {
 }
 
 func (a *Agent) writeRecord(k key, r *runRecord) error {
-	if err := writeFileAtomic(filepath.Join(a.runDir(k), "record.json"), mustJSON(r)); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(a.runDir(k), "record.json"), mustJSON(r)); err != nil {
 		return fmt.Errorf("write run record %s@%d: %w", k.ID, k.Attempt, err)
 	}
 	return nil

@@ -78,7 +78,26 @@ func printPools(w io.Writer, ps []httpapi.PoolJSON) error {
 			p.Ready, p.Pending, p.Draining, p.Marked, p.Queued, p.Inflight, p.UsedResources.CPUCores,
 			p.TotalResources.CPUCores, last)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if f := p.Fleet; f != nil {
+			line := fmt.Sprintf("%s: fleet cluster %s", poolName(p.Name), f.Cluster)
+			if f.Shard != 0 {
+				line += fmt.Sprintf(" on shard %d", f.Shard)
+			}
+			line += fmt.Sprintf(": asked %d, granted %d, short %d", f.Asked, f.Granted, f.Short)
+			if f.Why != "" {
+				line += " (" + f.Why + ")"
+			}
+			if f.LastError != "" {
+				line += "; fleet unreachable, running machines keep their work: " + f.LastError
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
+	return nil
 }
 
 func newNodesCmd(s Streams) *cobra.Command {

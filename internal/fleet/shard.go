@@ -15,6 +15,9 @@ const (
 	hostBit   = 0x10 // the machine has a host (hardware)
 	resBit    = 0x20 // the machine is reserved for an allocation (see Shard.reserved)
 	freshBit  = 0x40 // the machine was acted on in this cycle: no second action
+	// releaseBit marks a machine its cluster gave back in this cycle's needs
+	// (ClusterCapacityNeeds.Release); any move clears it.
+	releaseBit = 0x80
 )
 
 // noAlloc is "no reservation" in move.
@@ -143,6 +146,7 @@ type Shard struct {
 	// flight are here, so it stays small in steady state.
 	reserved map[uint32]uint32
 	handoffs []uint32 // reserved machines that became Idle
+	released []uint32 // machines marked with releaseBit in this cycle
 	dirty    []uint32 // allocations to re-evaluate
 	short    []uint32 // allocations left with a deficit by the last cycle
 

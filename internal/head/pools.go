@@ -51,6 +51,8 @@ type PoolStatus struct {
 	// that no pool can ever fit are told so (WaitingReason).
 	Offerings []capacity.Offering
 	Selector  map[string]string
+	// Fleet is set for a pool whose machines come from the fleet tier.
+	Fleet *httpapi.FleetPoolJSON
 }
 
 // MachineStatus is one node of an autoscaled pool.
@@ -232,7 +234,7 @@ func (h *Head) assemble(ctx context.Context) ([]httpapi.PoolJSON, [][]httpapi.No
 		index[ps.Name] = len(pools)
 		p := httpapi.PoolJSON{Name: ps.Name, Managed: true, Provider: ps.Provider, Policy: ps.Policy,
 			NodeSpec: &httpapi.NodeSpecJSON{Min: ps.Nodes.Min, Desired: ps.Nodes.Desired, Max: ps.Nodes.Max, Elastic: ps.Nodes.Elastic},
-			Desired:  ps.Desired, Ready: ps.Ready, Pending: ps.Pending, Draining: ps.Draining}
+			Desired:  ps.Desired, Ready: ps.Ready, Pending: ps.Pending, Draining: ps.Draining, Fleet: ps.Fleet}
 		if ps.Reason != "" || !ps.DecidedAt.IsZero() {
 			p.LastDecision = &httpapi.DecisionJSON{Reason: ps.Reason, Time: ps.DecidedAt.UTC(),
 				AgeSeconds: seconds(v.now, ps.DecidedAt)}

@@ -92,9 +92,13 @@ func (s *Server) SendNeeds(ctx context.Context, req *fleetv1.SendNeedsRequest) (
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	if _, err := cl.SendNeeds(ctx, req); err != nil {
+	sr, err := cl.SendNeeds(ctx, req)
+	if err != nil {
 		return nil, err
 	}
+	// What the shard asks of an operator cluster travels back through here too.
+	resp.Requests, resp.Machines, resp.Shortfalls = sr.GetRequests(), sr.GetMachines(), sr.GetShortfalls()
+	resp.MachinesListed = sr.GetMachinesListed()
 	return resp, nil
 }
 

@@ -67,7 +67,7 @@ func TestAWSUserDataIsTheMachinesJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := build.New(np.Config, o.buildEnv())
+	b, err := build.New(np.Config, o.buildEnv(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

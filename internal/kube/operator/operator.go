@@ -487,7 +487,7 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 			r.reason = "ProviderCannotJoin"
 			return fail(fmt.Errorf("spec.provider.type: %s", why))
 		}
-		b, err := build.New(p.Config, o.buildEnv())
+		b, err := build.New(p.Config, o.buildEnv(r))
 		if err != nil {
 			if t == "local" || t == "netns" {
 				err = fmt.Errorf("%w (tide kube --local-root)", err)

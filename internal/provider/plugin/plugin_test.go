@@ -111,8 +111,14 @@ func failures(rs []providertest.Result) []string {
 // subprocess (real clock) passes the whole suite through Check, the runner
 // of `tide provider test`.
 func TestConformanceSubprocessPlugin(t *testing.T) {
-	s := startPlugin(t, "sim")
-	rs, err := plugin.Conform(t.Context(), s, "", 20*time.Second, time.Minute)
+	conforms(t, startPlugin(t, "sim"))
+}
+
+// conforms runs the whole conformance suite on p (real clock) and fails the
+// test on any failure.
+func conforms(t *testing.T, p provider.Provider) {
+	t.Helper()
+	rs, err := plugin.Conform(t.Context(), p, "", 20*time.Second, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
