@@ -46,13 +46,13 @@ func TestTideStanding(t *testing.T) {
 		t.Skip("set TIDE_SIM_STANDING=1 to hold tide to its goals on every shipped config (about 40 s without -race)")
 	}
 	dir := tracesDir(t)
-	traces := make([]string, 0, len(shippedConfigs))
-	for tr := range shippedConfigs {
+	traces := make([]string, 0, len(ShippedConfigs))
+	for tr := range ShippedConfigs {
 		traces = append(traces, tr)
 	}
 	slices.Sort(traces)
 	for _, tr := range traces {
-		cfgFile := shippedConfigs[tr]
+		cfgFile := ShippedConfigs[tr]
 		t.Run(strings.TrimSuffix(cfgFile, ".yaml"), func(t *testing.T) {
 			cfg, err := LoadConfig(filepath.Join(examplesDir(), cfgFile))
 			if err != nil {
