@@ -73,11 +73,12 @@ and reports per case (--rows FILE, CSV) and in total whether any policy
 dominates tide (cheaper by more than the seed spread at an equal or shorter
 mean p95 wait), tide's cost against the cheapest other policy and the lower
 bound, and each policy's p95 wait against the boot time. The traces come
-from --traces, their configs from --configs (examples/simulate).`,
+from --traces, their configs from --configs (examples/simulate). --policy
+NAME runs that policy alone (every policy by default).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cb.cases > 0 {
-				return runCases(cmd, s, cb, seed)
+				return runCases(cmd, s, cb, seed, pol)
 			}
 			if tracePath == "" {
 				return badInput(errors.New("--trace is required (or --cases N for the policy benchmark)"))

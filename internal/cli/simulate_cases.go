@@ -3,10 +3,13 @@ package cli
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/sim"
 )
 
@@ -19,7 +22,7 @@ type casesFlags struct {
 // runCases is `tide simulate --cases N`: draw the cases of the generator
 // seed, run every policy on each over the simulation seeds 1..K, write the
 // rows and print the summary.
-func runCases(cmd *cobra.Command, s Streams, cb casesFlags, seed uint64) error {
+func runCases(cmd *cobra.Command, s Streams, cb casesFlags, seed uint64, pol string) error {
 	if cb.seeds < 1 {
 		return badInput(fmt.Errorf("--seeds: want at least 1, got %d", cb.seeds))
 	}
@@ -36,8 +39,15 @@ func runCases(cmd *cobra.Command, s Streams, cb casesFlags, seed uint64) error {
 	for i := range seeds {
 		seeds[i] = uint64(i + 1)
 	}
+	names := policy.Names
+	if pol != "" && pol != "all" {
+		if !slices.Contains(policy.Names, pol) {
+			return badInput(fmt.Errorf("--policy: unknown policy %q (want %s or all)", pol, strings.Join(policy.Names, ", ")))
+		}
+		names = []string{pol}
+	}
 	bar := newProgress(s.Err)
-	results := sim.RunCases(cmd.Context(), cases, ws, bounds, seeds, 0, func(done, total int) {
+	results := sim.RunCases(cmd.Context(), cases, ws, bounds, names, seeds, 0, func(done, total int) {
 		bar.show(float64(done)/float64(total), fmt.Sprintf("%d runs", total))
 	})
 	bar.clear()

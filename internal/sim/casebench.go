@@ -208,10 +208,10 @@ func (r *CaseResult) Judge() Verdict {
 	return v
 }
 
-// RunCases runs every applicable policy on every case on each seed, at
-// most parallel runs at once (GOMAXPROCS when parallel <= 0); progress,
+// RunCases runs the named policies (those applicable) on every case on
+// each seed, at most parallel runs at once (GOMAXPROCS when parallel <= 0); progress,
 // when set, is called after each run with the runs done and their total.
-func RunCases(ctx context.Context, cases []*Case, ws []*Workload, bounds []trace.Bound, seeds []uint64, parallel int,
+func RunCases(ctx context.Context, cases []*Case, ws []*Workload, bounds []trace.Bound, names []string, seeds []uint64, parallel int,
 	progress func(done, total int)) []*CaseResult {
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
@@ -221,7 +221,7 @@ func RunCases(ctx context.Context, cases []*Case, ws []*Workload, bounds []trace
 	var tasks []task
 	for i, c := range cases {
 		out[i] = &CaseResult{Case: c, Instances: ws[i].Instances, Bound: bounds[i]}
-		for _, name := range policy.Names {
+		for _, name := range names {
 			if Applicable(c.Config, ws[i], name) != "" {
 				continue
 			}
