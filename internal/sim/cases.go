@@ -160,6 +160,8 @@ const (
 	caseMaxWindowFrac = 0.05
 	caseMinWindow     = 30 * time.Minute
 	caseMaxWindow     = 12 * time.Hour
+	// caseMinRetryWindow is the shortest window a retry halves down to.
+	caseMinRetryWindow = 5 * time.Minute
 	// A case is drawn again when its window holds more instances than
 	// caseMaxInstances or its lower bound needs more than caseMaxPeak
 	// nodes at once: the benchmark stays fast (minutes for 200 cases).
@@ -173,11 +175,17 @@ const (
 // offering when some of its jobs request none; CPU nodes of a quarter to
 // twice the shipped node otherwise), each on demand or spot, with a boot
 // time of 30 s to 5 min. attempt draws another case for the same index
-// (Generate uses it when a draw cannot serve its trace). It is a pure
-// function of its arguments (the bases' Read is not looked at).
+// and trace (Generate uses it when a draw cannot serve its trace or is too
+// large): another pool, a window half as long per attempt (from 5 min
+// on, no shorter), and from attempt 3 on half as many of the trace's jobs
+// per attempt (workload.sample). It is a pure function of its arguments
+// (the bases' Read is not looked at).
 func GenerateCase(seed uint64, index, attempt int, bases []*CaseBase) *Case {
+	// The trace depends on the index alone, so that a draw too large for
+	// the benchmark is drawn again on the same trace (each trace as likely
+	// as any other), only smaller.
+	b := bases[rand.New(rand.NewPCG(seed, uint64(index)<<16|0xffff)).IntN(len(bases))]
 	r := rand.New(rand.NewPCG(seed, uint64(index)<<16|uint64(attempt)))
-	b := bases[r.IntN(len(bases))]
 	cfg := *b.Config
 	cfg.Name = fmt.Sprintf("case %d/%d (%s)", seed, index, b.Trace)
 	cfg.Pool.Name = "case"
@@ -195,7 +203,21 @@ func GenerateCase(seed uint64, index, attempt int, bases []*CaseBase) *Case {
 	// The window.
 	span := b.Span
 	frac := caseMinWindowFrac + r.Float64()*(caseMaxWindowFrac-caseMinWindowFrac)
-	length := min(max(time.Duration(frac*float64(span)), caseMinWindow), caseMaxWindow).Round(time.Minute)
+	length := min(max(time.Duration(frac*float64(span)), caseMinWindow), caseMaxWindow)
+	// Each attempt halves the window (down to caseMinRetryWindow) and,
+	// from the third on, the sample of the jobs (trace too dense for
+	// any window to fit: Google 2011 jobs, Alibaba DLRM).
+	for k := 0; k < attempt && length/2 >= caseMinRetryWindow; k++ {
+		length /= 2
+	}
+	length = length.Round(time.Minute)
+	if attempt >= 3 {
+		sample := cfg.Workload.Sample
+		if sample <= 0 {
+			sample = 1
+		}
+		cfg.Workload.Sample = sample / float64(int(1)<<min(attempt-2, 20))
+	}
 	cfg.Workload.From, cfg.Workload.To = 0, 0
 	if length < span {
 		from := time.Duration(r.Int64N(int64(span - length))).Round(time.Minute)

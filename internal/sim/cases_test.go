@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/trace"
 )
@@ -95,8 +96,18 @@ func TestGenerateCaseRanges(t *testing.T) {
 			t.Fatalf("%s: boot %s", c.Describe(), b)
 		}
 		from, to := time.Duration(c.Config.Workload.From), time.Duration(c.Config.Workload.To)
-		if to <= from || to > c.Base.Span || to-from < caseMinWindow || to-from > caseMaxWindow {
+		if to <= from || to > c.Base.Span || to-from < caseMinWindow || to-from > caseMaxWindow || c.Config.Workload.Sample != c.Base.Config.Workload.Sample {
 			t.Fatalf("%s: window %s of a %s trace", c.Describe(), windowString(from, to), c.Base.Span)
+		}
+	}
+	// A retry keeps the trace, halves the window and, from attempt 3 on,
+	// the sample.
+	for i := range 20 {
+		c0, c4 := GenerateCase(3, i, 0, bases), GenerateCase(3, i, 4, bases)
+		w0 := c0.Config.Workload.To - c0.Config.Workload.From
+		w4 := c4.Config.Workload.To - c4.Config.Workload.From
+		if c4.Base != c0.Base || w4 >= w0 || w4 > config.Duration(max(time.Duration(w0)/16, 2*caseMinRetryWindow)) || c4.Config.Workload.Sample != 0.25 {
+			t.Fatalf("attempt 4 of %s: %s, sample %v", c0.Describe(), c4.Describe(), c4.Config.Workload.Sample)
 		}
 	}
 	for _, k := range []string{"offerings 1", "offerings 4", "spot", "on-demand", "gpu", "cpu offering in a gpu pool"} {
