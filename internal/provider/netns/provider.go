@@ -23,8 +23,8 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/cgroups"
 	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/local"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // CgroupEnv is the environment variable that names a machine's cgroup
