@@ -120,7 +120,7 @@ func (l *live) kubeletEviction(t *testing.T) {
 		RestartPolicy: corev1.RestartPolicyNever, NodeSelector: map[string]string{"tier": "kubelet"}, TerminationGracePeriodSeconds: &grace,
 		Tolerations: []corev1.Toleration{{Key: "tide.dev/test", Operator: corev1.TolerationOpEqual, Value: "kubelet", Effect: corev1.TaintEffectNoSchedule}},
 		Containers: []corev1.Container{{Name: "c", Image: kubetest.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-			Command: []string{"sh", "-c", `trap 'echo stopped; exit 0' TERM; echo up; while true; do sleep 0.2; done`},
+			Command:   []string{"sh", "-c", `trap 'echo stopped; exit 0' TERM; echo up; while true; do sleep 0.2; done`},
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("600m")}}}}}}
 	if _, err := l.cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
