@@ -73,9 +73,9 @@ func KubeadmUserData(j nodeagent.Join, pool string) ([]byte, error) {
 		taints = append(taints, tm)
 	}
 	cfg, err := yaml.Marshal(map[string]any{
-		"apiVersion": "kubeadm.k8s.io/v1beta4",
-		"kind":       "JoinConfiguration",
-		"discovery":  map[string]any{"bootstrapToken": bt, "tlsBootstrapToken": j.Token},
+		"apiVersion":       "kubeadm.k8s.io/v1beta4",
+		"kind":             "JoinConfiguration",
+		"discovery":        map[string]any{"bootstrapToken": bt, "tlsBootstrapToken": j.Token},
 		"nodeRegistration": map[string]any{"name": j.Node, "taints": taints, "kubeletExtraArgs": args},
 	})
 	if err != nil {
