@@ -15,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tide-project/tide/internal/kube/demand"
+	"github.com/tide-project/tide/internal/kube/kubelet"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
+	"github.com/tide-project/tide/internal/kube/poolspec"
 )
 
 // BootstrapGroup is the extra group of every bootstrap token tide kube
@@ -131,6 +133,11 @@ func (o *Operator) mintKubelet(ctx context.Context, r *runner, machineID, provTy
 			"auth-extra-groups":              BootstrapGroup,
 		},
 	}
+	if r.pool.Join.UserData == poolspec.UserDataKubeadm {
+		// kubeadm's discovery checks the cluster-info ConfigMap the
+		// bootstrapsigner signs for this token.
+		s.StringData["usage-bootstrap-signing"] = "true"
+	}
 	secrets := o.cfg.Kube.CoreV1().Secrets(metav1.NamespaceSystem)
 	_, err = secrets.Create(ctx, s, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -156,6 +163,9 @@ func (o *Operator) mintKubelet(ctx context.Context, r *runner, machineID, provTy
 			SandboxImage: pj.SandboxImage, Images: pj.Images, PodSubnet: pj.PodSubnet}}
 	if !nodeagent.ValidBootstrapToken(j.Token) {
 		return nil, errors.New("bootstrap token: malformed") // cannot happen: both halves come from tokenChars
+	}
+	if r.pool.Join.UserData == poolspec.UserDataKubeadm {
+		return kubelet.KubeadmUserData(j, r.name)
 	}
 	return j.Encode()
 }

@@ -48,7 +48,8 @@ const kubeletPool = `{"nodes":{"min":0,"max":%d},"provider":{"type":"netns","opt
 // Ready, and every pod runs on them (kubectl logs shows what it ran, through
 // the apiserver and the kubelet). Deleting the Deployment, the kubelets stop
 // the pods and the pool returns to its minimum of 0: every machine deleted,
-// its Node removed, its bootstrap token Secret gone. The test leaves no
+// its Node removed, its bootstrap token Secret gone. Last, a busy Node is
+// drained through the Eviction API (kubeletEviction). The test leaves no
 // namespace, link, cgroup, process or changed sysctl behind, even when it
 // fails. TIDE_KUBELET_RUNS=n repeats the scale-up n times (figures for
 // docs/benchmarks.md).
@@ -102,6 +103,90 @@ func TestLiveKubeletNodes(t *testing.T) {
 	}
 	t.Logf("over %d runs of %d pods: pod created → its Node Ready %s; Node Ready → pod Running %s; pod created → Running %s",
 		runs, n, pcts(toReady), pcts(toRunning), pcts(total))
+	l.kubeletEviction(t)
+}
+
+// kubeletEviction: a busy kubelet Node is drained through the Eviction
+// API. A bare pod gets its own machine; the NodePool is deleted, so tide
+// drains every Node of it, busy or not: the pod is evicted (its
+// DisruptionTarget condition says EvictionByEvictionAPI), its kubelet stops
+// it (SIGTERM: the container's trap exits 0, the pod ends Succeeded), then
+// the machine, its Node and token go, and the NodePool with them.
+func (l *live) kubeletEviction(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	grace := int64(5)
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "evictme", Namespace: "default"}, Spec: corev1.PodSpec{
+		RestartPolicy: corev1.RestartPolicyNever, NodeSelector: map[string]string{"tier": "kubelet"}, TerminationGracePeriodSeconds: &grace,
+		Tolerations: []corev1.Toleration{{Key: "tide.dev/test", Operator: corev1.TolerationOpEqual, Value: "kubelet", Effect: corev1.TaintEffectNoSchedule}},
+		Containers: []corev1.Container{{Name: "c", Image: kubetest.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+			Command:   []string{"sh", "-c", `trap 'echo stopped; exit 0' TERM; echo up; while true; do sleep 0.2; done`},
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("600m")}}}}}}
+	if _, err := l.cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=evictme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var node string
+	kubetest.Eventually(t, 3*time.Minute, func() (bool, string) {
+		got, err := l.cs.CoreV1().Pods("default").Get(ctx, "evictme", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		node = got.Spec.NodeName
+		return got.Status.Phase == corev1.PodRunning, fmt.Sprintf("pod %s on %q", got.Status.Phase, node)
+	})
+	if code, body, err := l.Do("DELETE", "/apis/tide.dev/v1alpha1/nodepools/kl", nil); err != nil || code >= 300 {
+		t.Fatalf("delete the NodePool: %d %s %v", code, body, err)
+	}
+	began := time.Now()
+	evicted, exit := false, int32(-1)
+	var phase corev1.PodPhase
+	deadline := time.After(2 * time.Minute)
+	for gone := false; !gone; {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the pod watch ended")
+			}
+			got, _ := ev.Object.(*corev1.Pod)
+			if got == nil {
+				continue
+			}
+			for _, c := range got.Status.Conditions {
+				evicted = evicted || c.Type == corev1.DisruptionTarget && c.Reason == "EvictionByEvictionAPI"
+			}
+			for _, cs := range got.Status.ContainerStatuses {
+				if cs.State.Terminated != nil {
+					exit = cs.State.Terminated.ExitCode
+				}
+			}
+			phase = got.Status.Phase
+			gone = ev.Type == "DELETED"
+		case <-deadline:
+			t.Fatalf("the pod was not drained within 2 minutes (evicted %v, phase %s)", evicted, phase)
+		}
+	}
+	if !evicted || exit != 0 || phase != corev1.PodSucceeded {
+		t.Errorf("pod on %s drained: DisruptionTarget by the Eviction API %v, container exit %d, phase %s; want true, 0 (its trap ran on SIGTERM), Succeeded",
+			node, evicted, exit, phase)
+	}
+	kubetest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		code, _, _ := l.Do("GET", "/apis/tide.dev/v1alpha1/nodepools/kl", nil)
+		nn := len(l.poolNodes(t, "kl"))
+		secrets, err := l.cs.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: operator.MachineLabel})
+		if err != nil {
+			return false, err.Error()
+		}
+		_, nsErr := os.Stat("/run/netns/" + l.netnsName(node))
+		return code == 404 && nn == 0 && len(secrets.Items) == 0 && nsErr != nil,
+			fmt.Sprintf("NodePool %d, %d Nodes, %d tokens, namespace of %s: %v", code, nn, len(secrets.Items), node, nsErr)
+	})
+	t.Logf("NodePool deleted: the busy Node %s drained through the Eviction API (the kubelet stopped the pod gracefully), machine, Node, token and NodePool gone in %v",
+		node, time.Since(began).Round(time.Millisecond))
 }
 
 // kubeletFigures are one run's latencies, one per pod.

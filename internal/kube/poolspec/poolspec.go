@@ -87,7 +87,19 @@ type Join struct {
 	// TokenTTL is the lifetime of a machine's bootstrap token, e.g. "15m"
 	// (default 15m, at most 24h); it is deleted with the machine anyway.
 	TokenTTL string `json:"token_ttl,omitempty"`
+	// UserData is what a machine that boots from user data (aws) gets:
+	// UserDataTide (default), the join document that `tide worker
+	// --bootstrap` runs containerd and the kubelet from, or
+	// UserDataKubeadm, a script running `kubeadm join` with the
+	// machine's token (an image with kubeadm, a kubelet and a runtime).
+	UserData string `json:"user_data,omitempty"`
 }
+
+// User data formats of spec.node_join.user_data.
+const (
+	UserDataTide    = "tide"
+	UserDataKubeadm = "kubeadm"
+)
 
 // TokenLifetime returns TokenTTL parsed (15 minutes when unset).
 func (j Join) TokenLifetime() time.Duration {
@@ -99,7 +111,7 @@ func (j Join) TokenLifetime() time.Duration {
 }
 
 // validate checks spec.node_join.
-func (j Join) validate() error {
+func (j Join) validate(provType string) error {
 	var errs []error
 	switch j.Mode {
 	case "", JoinAgent, JoinKubelet:
@@ -107,7 +119,7 @@ func (j Join) validate() error {
 		errs = append(errs, fmt.Errorf("spec.node_join.mode: %q (want %s or %s)", j.Mode, JoinAgent, JoinKubelet))
 	}
 	if j.Mode != JoinKubelet {
-		if j.Kubelet+j.Containerd+j.Ctr+j.CNIBinDir+j.SandboxImage+j.PodSubnet+j.TokenTTL != "" || len(j.Images) > 0 {
+		if j.Kubelet+j.Containerd+j.Ctr+j.CNIBinDir+j.SandboxImage+j.PodSubnet+j.TokenTTL+j.UserData != "" || len(j.Images) > 0 {
 			errs = append(errs, fmt.Errorf("spec.node_join: only mode %s takes kubelet settings", JoinKubelet))
 		}
 		return errors.Join(errs...)
@@ -121,6 +133,15 @@ func (j Join) validate() error {
 		if d, err := time.ParseDuration(j.TokenTTL); err != nil || d < time.Minute || d > 24*time.Hour {
 			errs = append(errs, fmt.Errorf("spec.node_join.token_ttl: %q: want a duration from 1m to 24h", j.TokenTTL))
 		}
+	}
+	switch j.UserData {
+	case "", UserDataTide:
+	case UserDataKubeadm:
+		if provType != "aws" {
+			errs = append(errs, fmt.Errorf("spec.node_join.user_data: %s is for machines that boot from user data (aws), not %s", j.UserData, provType))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("spec.node_join.user_data: %q (want %s or %s)", j.UserData, UserDataTide, UserDataKubeadm))
 	}
 	for i, im := range j.Images {
 		if !strings.HasPrefix(im, "/") {
@@ -191,7 +212,7 @@ func Parse(name string, spec []byte) (Spec, error) {
 	var errs []error
 	if ko.NodeJoin != nil {
 		out.Join = *ko.NodeJoin
-		if err := out.Join.validate(); err != nil {
+		if err := out.Join.validate(out.Config.Provider.Type); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -70,6 +70,8 @@ func TestNodeJoin(t *testing.T) {
 		{`{"mode":"kubelet","token_ttl":"48h"}`, "spec.node_join.token_ttl"},
 		{`{"mode":"kubelet","images":["rel.tar"]}`, "spec.node_join.images[0]"},
 		{`{"mode":"kubelet","kubeadm":true}`, "unknown field"},
+		{`{"mode":"kubelet","user_data":"kubeadm"}`, "spec.node_join.user_data: kubeadm is for machines that boot from user data (aws), not netns"},
+		{`{"mode":"kubelet","user_data":"eks"}`, "spec.node_join.user_data"},
 	} {
 		_, err := Parse("p", []byte(fmt.Sprintf(base, bad.join)))
 		if err == nil || !strings.Contains(err.Error(), bad.field) {
