@@ -34,9 +34,24 @@ type ClusterCapacityNeeds struct {
 	// cluster names the cluster; it is the key of its permanent shard assignment.
 	Cluster string  `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	Needs   []*Need `protobuf:"bytes,2,rep,name=needs,proto3" json:"needs,omitempty"`
-	// bootstrap is the opaque blob a machine needs to join the cluster
-	// (for a tide head, an encoded provider.Bootstrap); passed to Configure.
-	Bootstrap     []byte `protobuf:"bytes,3,opt,name=bootstrap,proto3" json:"bootstrap,omitempty"`
+	// bootstrap is a static blob every machine configured into the cluster
+	// gets, for clusters that do not act as its operator (operator unset).
+	// A tide head's join credentials are scoped to one machine, so a tide
+	// cluster sets operator and answers bootstrap requests instead.
+	Bootstrap []byte `protobuf:"bytes,3,opt,name=bootstrap,proto3" json:"bootstrap,omitempty"`
+	// operator is set by a cluster that is its own ClusterOperator (BigFleet
+	// §13): the shard asks it for each machine's blob (a request in
+	// SendNeedsResponse.requests) and for cordons, and it answers in its next
+	// needs (bootstraps). It then sends its needs at least every few seconds.
+	Operator bool `protobuf:"varint,4,opt,name=operator,proto3" json:"operator,omitempty"`
+	// release names machines of the cluster (ids as in
+	// SendNeedsResponse.machines) that it gives back: emptied, never running
+	// work of its own. The shard reclaims these first, without a grace, when
+	// the cluster's need count leaves them in excess.
+	Release []string `protobuf:"bytes,5,rep,name=release,proto3" json:"release,omitempty"`
+	// bootstraps answers the shard's bootstrap requests: for each machine, the
+	// blob that joins it to the cluster as one machine, or why there is none.
+	Bootstraps    []*BootstrapAnswer `protobuf:"bytes,6,rep,name=bootstraps,proto3" json:"bootstraps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -92,6 +107,235 @@ func (x *ClusterCapacityNeeds) GetBootstrap() []byte {
 	return nil
 }
 
+func (x *ClusterCapacityNeeds) GetOperator() bool {
+	if x != nil {
+		return x.Operator
+	}
+	return false
+}
+
+func (x *ClusterCapacityNeeds) GetRelease() []string {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+func (x *ClusterCapacityNeeds) GetBootstraps() []*BootstrapAnswer {
+	if x != nil {
+		return x.Bootstraps
+	}
+	return nil
+}
+
+// BootstrapAnswer is a cluster's answer to a bootstrap request.
+type BootstrapAnswer struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Machine string                 `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	// blob joins the machine to the cluster (for a tide head, an encoded
+	// bootstrap with a credential scoped to that one machine).
+	Blob []byte `protobuf:"bytes,2,opt,name=blob,proto3" json:"blob,omitempty"`
+	// error, when set, says why the cluster gives no blob (it no longer
+	// needs a machine of the profile): the shard does not configure it.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootstrapAnswer) Reset() {
+	*x = BootstrapAnswer{}
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootstrapAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootstrapAnswer) ProtoMessage() {}
+
+func (x *BootstrapAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootstrapAnswer.ProtoReflect.Descriptor instead.
+func (*BootstrapAnswer) Descriptor() ([]byte, []int) {
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BootstrapAnswer) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *BootstrapAnswer) GetBlob() []byte {
+	if x != nil {
+		return x.Blob
+	}
+	return nil
+}
+
+func (x *BootstrapAnswer) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// OperatorRequest is the shard asking a cluster's operator to act.
+type OperatorRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is "bootstrap" (GenerateBootstrap: a blob for machine, of profile)
+	// or "cordon" (stop placing work on machine, move it away within grace;
+	// the shard drains the machine once grace has passed).
+	Kind    string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Machine string `protobuf:"bytes,2,opt,name=machine,proto3" json:"machine,omitempty"`
+	Profile string `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
+	GraceMs int64  `protobuf:"varint,4,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	// reason says why, for the cluster's events (e.g. the preempting need).
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperatorRequest) Reset() {
+	*x = OperatorRequest{}
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperatorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperatorRequest) ProtoMessage() {}
+
+func (x *OperatorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperatorRequest.ProtoReflect.Descriptor instead.
+func (*OperatorRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OperatorRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *OperatorRequest) GetGraceMs() int64 {
+	if x != nil {
+		return x.GraceMs
+	}
+	return 0
+}
+
+func (x *OperatorRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ClusterMachine is one of the shard's machines bound to the cluster.
+type ClusterMachine struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Machine string                 `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	Profile string                 `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
+	// state is configuring, configured or draining.
+	State         string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterMachine) Reset() {
+	*x = ClusterMachine{}
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterMachine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterMachine) ProtoMessage() {}
+
+func (x *ClusterMachine) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterMachine.ProtoReflect.Descriptor instead.
+func (*ClusterMachine) Descriptor() ([]byte, []int) {
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ClusterMachine) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *ClusterMachine) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *ClusterMachine) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 // Need is one profile's line of a ClusterCapacityNeeds.
 type Need struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -113,7 +357,7 @@ type Need struct {
 
 func (x *Need) Reset() {
 	*x = Need{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[1]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -125,7 +369,7 @@ func (x *Need) String() string {
 func (*Need) ProtoMessage() {}
 
 func (x *Need) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[1]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -138,7 +382,7 @@ func (x *Need) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Need.ProtoReflect.Descriptor instead.
 func (*Need) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{1}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Need) GetProfile() string {
@@ -193,7 +437,7 @@ type SendNeedsRequest struct {
 
 func (x *SendNeedsRequest) Reset() {
 	*x = SendNeedsRequest{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[2]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -205,7 +449,7 @@ func (x *SendNeedsRequest) String() string {
 func (*SendNeedsRequest) ProtoMessage() {}
 
 func (x *SendNeedsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[2]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -218,7 +462,7 @@ func (x *SendNeedsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendNeedsRequest.ProtoReflect.Descriptor instead.
 func (*SendNeedsRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{2}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SendNeedsRequest) GetNeeds() *ClusterCapacityNeeds {
@@ -237,14 +481,26 @@ type SendNeedsResponse struct {
 	// cluster_id is the cluster's fleet-wide numeric id.
 	ClusterId uint32 `protobuf:"varint,3,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	// first_contact is set when this call assigned the cluster.
-	FirstContact  bool `protobuf:"varint,4,opt,name=first_contact,json=firstContact,proto3" json:"first_contact,omitempty"`
+	FirstContact bool `protobuf:"varint,4,opt,name=first_contact,json=firstContact,proto3" json:"first_contact,omitempty"`
+	// requests are what the shard asks of the cluster's operator (operator
+	// clusters only); each stays listed until answered or moot.
+	Requests []*OperatorRequest `protobuf:"bytes,5,rep,name=requests,proto3" json:"requests,omitempty"`
+	// machines are the shard's machines bound to the cluster, when
+	// machines_listed is set (a shard that has just started, or has just
+	// heard from the cluster for the first time, has not listed them yet:
+	// an empty list then says nothing).
+	Machines       []*ClusterMachine `protobuf:"bytes,6,rep,name=machines,proto3" json:"machines,omitempty"`
+	MachinesListed bool              `protobuf:"varint,8,opt,name=machines_listed,json=machinesListed,proto3" json:"machines_listed,omitempty"`
+	// shortfalls are the shard's unmet demand in the profiles the cluster
+	// needs: why the cluster may get fewer machines than it asks for.
+	Shortfalls    []*Shortfall `protobuf:"bytes,7,rep,name=shortfalls,proto3" json:"shortfalls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SendNeedsResponse) Reset() {
 	*x = SendNeedsResponse{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[3]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -256,7 +512,7 @@ func (x *SendNeedsResponse) String() string {
 func (*SendNeedsResponse) ProtoMessage() {}
 
 func (x *SendNeedsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[3]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -269,7 +525,7 @@ func (x *SendNeedsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendNeedsResponse.ProtoReflect.Descriptor instead.
 func (*SendNeedsResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{3}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SendNeedsResponse) GetShard() uint32 {
@@ -300,6 +556,34 @@ func (x *SendNeedsResponse) GetFirstContact() bool {
 	return false
 }
 
+func (x *SendNeedsResponse) GetRequests() []*OperatorRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+func (x *SendNeedsResponse) GetMachines() []*ClusterMachine {
+	if x != nil {
+		return x.Machines
+	}
+	return nil
+}
+
+func (x *SendNeedsResponse) GetMachinesListed() bool {
+	if x != nil {
+		return x.MachinesListed
+	}
+	return false
+}
+
+func (x *SendNeedsResponse) GetShortfalls() []*Shortfall {
+	if x != nil {
+		return x.Shortfalls
+	}
+	return nil
+}
+
 // StatusRequest asks for the status of the answering server.
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -309,7 +593,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[4]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +605,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[4]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +618,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{4}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{7}
 }
 
 // StatusResponse describes the coordinator and its shards, or one shard.
@@ -343,15 +627,19 @@ type StatusResponse struct {
 	// role is "coordinator" or "shard".
 	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
 	// coordinator is set when a coordinator answers.
-	Coordinator   *CoordinatorStatus `protobuf:"bytes,2,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
-	Shards        []*ShardStatus     `protobuf:"bytes,3,rep,name=shards,proto3" json:"shards,omitempty"`
+	Coordinator *CoordinatorStatus `protobuf:"bytes,2,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	Shards      []*ShardStatus     `protobuf:"bytes,3,rep,name=shards,proto3" json:"shards,omitempty"`
+	// clusters are the clusters of the answering shard (a coordinator asks
+	// its live shards): what each asked for, what it was granted, and why
+	// it is short.
+	Clusters      []*ClusterStatus `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[5]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -363,7 +651,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[5]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -376,7 +664,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{5}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StatusResponse) GetRole() string {
@@ -400,6 +688,112 @@ func (x *StatusResponse) GetShards() []*ShardStatus {
 	return nil
 }
 
+func (x *StatusResponse) GetClusters() []*ClusterStatus {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+// ClusterStatus is one cluster as its shard sees it.
+type ClusterStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Shard   uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	// asked sums the counts of its needs; granted counts the machines bound
+	// to it (configuring, configured or draining); short is asked - granted
+	// when positive.
+	Asked   int32 `protobuf:"varint,3,opt,name=asked,proto3" json:"asked,omitempty"`
+	Granted int32 `protobuf:"varint,4,opt,name=granted,proto3" json:"granted,omitempty"`
+	Short   int32 `protobuf:"varint,5,opt,name=short,proto3" json:"short,omitempty"`
+	// why says what the shard lacks for it: its shortfalls in the cluster's
+	// profiles and priorities.
+	Why string `protobuf:"bytes,6,opt,name=why,proto3" json:"why,omitempty"`
+	// operator is set for a cluster that is its own ClusterOperator.
+	Operator      bool `protobuf:"varint,7,opt,name=operator,proto3" json:"operator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterStatus) Reset() {
+	*x = ClusterStatus{}
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatus) ProtoMessage() {}
+
+func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
+func (*ClusterStatus) Descriptor() ([]byte, []int) {
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ClusterStatus) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ClusterStatus) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetAsked() int32 {
+	if x != nil {
+		return x.Asked
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetGranted() int32 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetShort() int32 {
+	if x != nil {
+		return x.Short
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
+func (x *ClusterStatus) GetOperator() bool {
+	if x != nil {
+		return x.Operator
+	}
+	return false
+}
+
 // CoordinatorStatus describes the answering coordinator replica.
 type CoordinatorStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -421,7 +815,7 @@ type CoordinatorStatus struct {
 
 func (x *CoordinatorStatus) Reset() {
 	*x = CoordinatorStatus{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[6]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +827,7 @@ func (x *CoordinatorStatus) String() string {
 func (*CoordinatorStatus) ProtoMessage() {}
 
 func (x *CoordinatorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[6]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +840,7 @@ func (x *CoordinatorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorStatus.ProtoReflect.Descriptor instead.
 func (*CoordinatorStatus) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{6}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CoordinatorStatus) GetId() string {
@@ -527,7 +921,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[7]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +933,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[7]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +946,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{7}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ShardStatus) GetShard() uint32 {
@@ -666,7 +1060,7 @@ type ShortfallsRequest struct {
 
 func (x *ShortfallsRequest) Reset() {
 	*x = ShortfallsRequest{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[8]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +1072,7 @@ func (x *ShortfallsRequest) String() string {
 func (*ShortfallsRequest) ProtoMessage() {}
 
 func (x *ShortfallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[8]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +1085,7 @@ func (x *ShortfallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShortfallsRequest.ProtoReflect.Descriptor instead.
 func (*ShortfallsRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{8}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ShortfallsRequest) GetShard() uint32 {
@@ -720,7 +1114,7 @@ type ShortfallsResponse struct {
 
 func (x *ShortfallsResponse) Reset() {
 	*x = ShortfallsResponse{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[9]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +1126,7 @@ func (x *ShortfallsResponse) String() string {
 func (*ShortfallsResponse) ProtoMessage() {}
 
 func (x *ShortfallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[9]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +1139,7 @@ func (x *ShortfallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShortfallsResponse.ProtoReflect.Descriptor instead.
 func (*ShortfallsResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{9}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ShortfallsResponse) GetShortfalls() []*Shortfall {
@@ -781,7 +1175,7 @@ type Shortfall struct {
 
 func (x *Shortfall) Reset() {
 	*x = Shortfall{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[10]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +1187,7 @@ func (x *Shortfall) String() string {
 func (*Shortfall) ProtoMessage() {}
 
 func (x *Shortfall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[10]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1200,7 @@ func (x *Shortfall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shortfall.ProtoReflect.Descriptor instead.
 func (*Shortfall) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{10}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Shortfall) GetShard() uint32 {
@@ -887,7 +1281,7 @@ type Directive struct {
 
 func (x *Directive) Reset() {
 	*x = Directive{}
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[11]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1293,7 @@ func (x *Directive) String() string {
 func (*Directive) ProtoMessage() {}
 
 func (x *Directive) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleetv1_fleet_proto_msgTypes[11]
+	mi := &file_api_fleetv1_fleet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1306,7 @@ func (x *Directive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Directive.ProtoReflect.Descriptor instead.
 func (*Directive) Descriptor() ([]byte, []int) {
-	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{11}
+	return file_api_fleetv1_fleet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Directive) GetId() string {
@@ -982,11 +1376,30 @@ var File_api_fleetv1_fleet_proto protoreflect.FileDescriptor
 
 const file_api_fleetv1_fleet_proto_rawDesc = "" +
 	"\n" +
-	"\x17api/fleetv1/fleet.proto\x12\rtide.fleet.v1\"y\n" +
+	"\x17api/fleetv1/fleet.proto\x12\rtide.fleet.v1\"\xef\x01\n" +
 	"\x14ClusterCapacityNeeds\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12)\n" +
 	"\x05needs\x18\x02 \x03(\v2\x13.tide.fleet.v1.NeedR\x05needs\x12\x1c\n" +
-	"\tbootstrap\x18\x03 \x01(\fR\tbootstrap\"\xc5\x01\n" +
+	"\tbootstrap\x18\x03 \x01(\fR\tbootstrap\x12\x1a\n" +
+	"\boperator\x18\x04 \x01(\bR\boperator\x12\x18\n" +
+	"\arelease\x18\x05 \x03(\tR\arelease\x12>\n" +
+	"\n" +
+	"bootstraps\x18\x06 \x03(\v2\x1e.tide.fleet.v1.BootstrapAnswerR\n" +
+	"bootstraps\"U\n" +
+	"\x0fBootstrapAnswer\x12\x18\n" +
+	"\amachine\x18\x01 \x01(\tR\amachine\x12\x12\n" +
+	"\x04blob\x18\x02 \x01(\fR\x04blob\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x8c\x01\n" +
+	"\x0fOperatorRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
+	"\amachine\x18\x02 \x01(\tR\amachine\x12\x18\n" +
+	"\aprofile\x18\x03 \x01(\tR\aprofile\x12\x19\n" +
+	"\bgrace_ms\x18\x04 \x01(\x03R\agraceMs\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"Z\n" +
+	"\x0eClusterMachine\x12\x18\n" +
+	"\amachine\x18\x01 \x01(\tR\amachine\x12\x18\n" +
+	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"\xc5\x01\n" +
 	"\x04Need\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x1a\n" +
@@ -995,18 +1408,33 @@ const file_api_fleetv1_fleet_proto_rawDesc = "" +
 	"\rdrain_time_ms\x18\x05 \x01(\x03R\vdrainTimeMs\x12\x1a\n" +
 	"\btopology\x18\x06 \x01(\tR\btopology\"M\n" +
 	"\x10SendNeedsRequest\x129\n" +
-	"\x05needs\x18\x01 \x01(\v2#.tide.fleet.v1.ClusterCapacityNeedsR\x05needs\"\x92\x01\n" +
+	"\x05needs\x18\x01 \x01(\v2#.tide.fleet.v1.ClusterCapacityNeedsR\x05needs\"\xec\x02\n" +
 	"\x11SendNeedsResponse\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12#\n" +
 	"\rshard_address\x18\x02 \x01(\tR\fshardAddress\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x03 \x01(\rR\tclusterId\x12#\n" +
-	"\rfirst_contact\x18\x04 \x01(\bR\ffirstContact\"\x0f\n" +
-	"\rStatusRequest\"\x9c\x01\n" +
+	"\rfirst_contact\x18\x04 \x01(\bR\ffirstContact\x12:\n" +
+	"\brequests\x18\x05 \x03(\v2\x1e.tide.fleet.v1.OperatorRequestR\brequests\x129\n" +
+	"\bmachines\x18\x06 \x03(\v2\x1d.tide.fleet.v1.ClusterMachineR\bmachines\x12'\n" +
+	"\x0fmachines_listed\x18\b \x01(\bR\x0emachinesListed\x128\n" +
+	"\n" +
+	"shortfalls\x18\a \x03(\v2\x18.tide.fleet.v1.ShortfallR\n" +
+	"shortfalls\"\x0f\n" +
+	"\rStatusRequest\"\xd6\x01\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12B\n" +
 	"\vcoordinator\x18\x02 \x01(\v2 .tide.fleet.v1.CoordinatorStatusR\vcoordinator\x122\n" +
-	"\x06shards\x18\x03 \x03(\v2\x1a.tide.fleet.v1.ShardStatusR\x06shards\"\xd2\x01\n" +
+	"\x06shards\x18\x03 \x03(\v2\x1a.tide.fleet.v1.ShardStatusR\x06shards\x128\n" +
+	"\bclusters\x18\x04 \x03(\v2\x1c.tide.fleet.v1.ClusterStatusR\bclusters\"\xb3\x01\n" +
+	"\rClusterStatus\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05asked\x18\x03 \x01(\x05R\x05asked\x12\x18\n" +
+	"\agranted\x18\x04 \x01(\x05R\agranted\x12\x14\n" +
+	"\x05short\x18\x05 \x01(\x05R\x05short\x12\x10\n" +
+	"\x03why\x18\x06 \x01(\tR\x03why\x12\x1a\n" +
+	"\boperator\x18\a \x01(\bR\boperator\"\xd2\x01\n" +
 	"\x11CoordinatorStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\bR\x06leader\x12\x1b\n" +
@@ -1080,39 +1508,48 @@ func file_api_fleetv1_fleet_proto_rawDescGZIP() []byte {
 	return file_api_fleetv1_fleet_proto_rawDescData
 }
 
-var file_api_fleetv1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_api_fleetv1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_api_fleetv1_fleet_proto_goTypes = []any{
 	(*ClusterCapacityNeeds)(nil), // 0: tide.fleet.v1.ClusterCapacityNeeds
-	(*Need)(nil),                 // 1: tide.fleet.v1.Need
-	(*SendNeedsRequest)(nil),     // 2: tide.fleet.v1.SendNeedsRequest
-	(*SendNeedsResponse)(nil),    // 3: tide.fleet.v1.SendNeedsResponse
-	(*StatusRequest)(nil),        // 4: tide.fleet.v1.StatusRequest
-	(*StatusResponse)(nil),       // 5: tide.fleet.v1.StatusResponse
-	(*CoordinatorStatus)(nil),    // 6: tide.fleet.v1.CoordinatorStatus
-	(*ShardStatus)(nil),          // 7: tide.fleet.v1.ShardStatus
-	(*ShortfallsRequest)(nil),    // 8: tide.fleet.v1.ShortfallsRequest
-	(*ShortfallsResponse)(nil),   // 9: tide.fleet.v1.ShortfallsResponse
-	(*Shortfall)(nil),            // 10: tide.fleet.v1.Shortfall
-	(*Directive)(nil),            // 11: tide.fleet.v1.Directive
+	(*BootstrapAnswer)(nil),      // 1: tide.fleet.v1.BootstrapAnswer
+	(*OperatorRequest)(nil),      // 2: tide.fleet.v1.OperatorRequest
+	(*ClusterMachine)(nil),       // 3: tide.fleet.v1.ClusterMachine
+	(*Need)(nil),                 // 4: tide.fleet.v1.Need
+	(*SendNeedsRequest)(nil),     // 5: tide.fleet.v1.SendNeedsRequest
+	(*SendNeedsResponse)(nil),    // 6: tide.fleet.v1.SendNeedsResponse
+	(*StatusRequest)(nil),        // 7: tide.fleet.v1.StatusRequest
+	(*StatusResponse)(nil),       // 8: tide.fleet.v1.StatusResponse
+	(*ClusterStatus)(nil),        // 9: tide.fleet.v1.ClusterStatus
+	(*CoordinatorStatus)(nil),    // 10: tide.fleet.v1.CoordinatorStatus
+	(*ShardStatus)(nil),          // 11: tide.fleet.v1.ShardStatus
+	(*ShortfallsRequest)(nil),    // 12: tide.fleet.v1.ShortfallsRequest
+	(*ShortfallsResponse)(nil),   // 13: tide.fleet.v1.ShortfallsResponse
+	(*Shortfall)(nil),            // 14: tide.fleet.v1.Shortfall
+	(*Directive)(nil),            // 15: tide.fleet.v1.Directive
 }
 var file_api_fleetv1_fleet_proto_depIdxs = []int32{
-	1,  // 0: tide.fleet.v1.ClusterCapacityNeeds.needs:type_name -> tide.fleet.v1.Need
-	0,  // 1: tide.fleet.v1.SendNeedsRequest.needs:type_name -> tide.fleet.v1.ClusterCapacityNeeds
-	6,  // 2: tide.fleet.v1.StatusResponse.coordinator:type_name -> tide.fleet.v1.CoordinatorStatus
-	7,  // 3: tide.fleet.v1.StatusResponse.shards:type_name -> tide.fleet.v1.ShardStatus
-	10, // 4: tide.fleet.v1.ShortfallsResponse.shortfalls:type_name -> tide.fleet.v1.Shortfall
-	11, // 5: tide.fleet.v1.ShortfallsResponse.directives:type_name -> tide.fleet.v1.Directive
-	2,  // 6: tide.fleet.v1.Fleet.SendNeeds:input_type -> tide.fleet.v1.SendNeedsRequest
-	4,  // 7: tide.fleet.v1.Fleet.Status:input_type -> tide.fleet.v1.StatusRequest
-	8,  // 8: tide.fleet.v1.Fleet.Shortfalls:input_type -> tide.fleet.v1.ShortfallsRequest
-	3,  // 9: tide.fleet.v1.Fleet.SendNeeds:output_type -> tide.fleet.v1.SendNeedsResponse
-	5,  // 10: tide.fleet.v1.Fleet.Status:output_type -> tide.fleet.v1.StatusResponse
-	9,  // 11: tide.fleet.v1.Fleet.Shortfalls:output_type -> tide.fleet.v1.ShortfallsResponse
-	9,  // [9:12] is the sub-list for method output_type
-	6,  // [6:9] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	4,  // 0: tide.fleet.v1.ClusterCapacityNeeds.needs:type_name -> tide.fleet.v1.Need
+	1,  // 1: tide.fleet.v1.ClusterCapacityNeeds.bootstraps:type_name -> tide.fleet.v1.BootstrapAnswer
+	0,  // 2: tide.fleet.v1.SendNeedsRequest.needs:type_name -> tide.fleet.v1.ClusterCapacityNeeds
+	2,  // 3: tide.fleet.v1.SendNeedsResponse.requests:type_name -> tide.fleet.v1.OperatorRequest
+	3,  // 4: tide.fleet.v1.SendNeedsResponse.machines:type_name -> tide.fleet.v1.ClusterMachine
+	14, // 5: tide.fleet.v1.SendNeedsResponse.shortfalls:type_name -> tide.fleet.v1.Shortfall
+	10, // 6: tide.fleet.v1.StatusResponse.coordinator:type_name -> tide.fleet.v1.CoordinatorStatus
+	11, // 7: tide.fleet.v1.StatusResponse.shards:type_name -> tide.fleet.v1.ShardStatus
+	9,  // 8: tide.fleet.v1.StatusResponse.clusters:type_name -> tide.fleet.v1.ClusterStatus
+	14, // 9: tide.fleet.v1.ShortfallsResponse.shortfalls:type_name -> tide.fleet.v1.Shortfall
+	15, // 10: tide.fleet.v1.ShortfallsResponse.directives:type_name -> tide.fleet.v1.Directive
+	5,  // 11: tide.fleet.v1.Fleet.SendNeeds:input_type -> tide.fleet.v1.SendNeedsRequest
+	7,  // 12: tide.fleet.v1.Fleet.Status:input_type -> tide.fleet.v1.StatusRequest
+	12, // 13: tide.fleet.v1.Fleet.Shortfalls:input_type -> tide.fleet.v1.ShortfallsRequest
+	6,  // 14: tide.fleet.v1.Fleet.SendNeeds:output_type -> tide.fleet.v1.SendNeedsResponse
+	8,  // 15: tide.fleet.v1.Fleet.Status:output_type -> tide.fleet.v1.StatusResponse
+	13, // 16: tide.fleet.v1.Fleet.Shortfalls:output_type -> tide.fleet.v1.ShortfallsResponse
+	14, // [14:17] is the sub-list for method output_type
+	11, // [11:14] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_api_fleetv1_fleet_proto_init() }
@@ -1126,7 +1563,7 @@ func file_api_fleetv1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_fleetv1_fleet_proto_rawDesc), len(file_api_fleetv1_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,8 +21,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider"
 )
 
@@ -60,7 +60,7 @@ type Agent struct {
 	token       string
 	registered  bool
 	lastSeenGen int64
-	lastDesired []api.DesiredInstance
+	lastDesired []httpapi.DesiredInstance
 
 	// lease is the fencing lease (fence.go); fenceTimer wakes the loop at
 	// its deadline, fenceAt.
@@ -86,7 +86,7 @@ type headResult struct {
 	seq      uint64
 	register bool
 	token    string
-	beat     *api.HeartbeatResponse
+	beat     *httpapi.HeartbeatResponse
 	status   int
 	err      error
 	// sent and sentWall are when the request was written to the head
@@ -327,7 +327,7 @@ func (a *Agent) issue(ctx context.Context) {
 		return
 	}
 	a.inflightIsBeat = true
-	req := api.HeartbeatRequest{WorkerToken: a.token, BootID: a.bootID, LastSeenGen: a.lastSeenGen,
+	req := httpapi.HeartbeatRequest{WorkerToken: a.token, BootID: a.bootID, LastSeenGen: a.lastSeenGen,
 		Instances: buildReports(a.reportViews(), a.lastDesired)}
 	go func() {
 		defer a.wg.Done()
@@ -423,7 +423,7 @@ func (a *Agent) backoff() {
 // the desired set of the answer before: a process it marked RequeuedIfLost
 // that is no longer desired (the head requeued it) stops within the
 // lease's grace period, which the head's hold counts on.
-func (a *Agent) reconcile(resp *api.HeartbeatResponse, prev []api.DesiredInstance) {
+func (a *Agent) reconcile(resp *httpapi.HeartbeatResponse, prev []httpapi.DesiredInstance) {
 	plan := planReconcile(resp.DesiredInstances, resp.Stopping, a.localViews(), a.cfg.DefaultGracePeriod)
 	plan.Stop = capRequeuedGrace(plan.Stop, prev, resp.Stopping, a.lease)
 	for _, s := range plan.Stop {
@@ -566,10 +566,10 @@ func (a *Agent) register(ctx context.Context) (string, int, error) {
 	cpu := float64(res.MilliCPU) / 1000
 	gpus := res.GPUs
 	mem := res.Memory >> 20
-	req := api.RegisterRequest{WorkerID: a.workerID, Host: a.host, BootID: a.bootID, Pool: a.cfg.Pool,
-		Labels: a.cfg.Labels, Resources: &api.ResourceSpec{CPUCores: &cpu, GPUUnits: &gpus, MemoryMB: &mem}}
+	req := httpapi.RegisterRequest{WorkerID: a.workerID, Host: a.host, BootID: a.bootID, Pool: a.cfg.Pool,
+		Labels: a.cfg.Labels, Resources: &httpapi.ResourceSpec{CPUCores: &cpu, GPUUnits: &gpus, MemoryMB: &mem}}
 	req.LogPort = a.logPort
-	var out api.RegisterResponse
+	var out httpapi.RegisterResponse
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.HeartbeatTimeout)
 	defer cancel()
 	status, err := a.post(ctx, "/workers", a.cfg.JoinToken, req, &out)
@@ -583,10 +583,10 @@ func (a *Agent) register(ctx context.Context) (string, int, error) {
 }
 
 // heartbeat sends one heartbeat and waits for the head's answer.
-func (a *Agent) heartbeat(ctx context.Context, req *api.HeartbeatRequest) (*api.HeartbeatResponse, int, error) {
+func (a *Agent) heartbeat(ctx context.Context, req *httpapi.HeartbeatRequest) (*httpapi.HeartbeatResponse, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.HeartbeatTimeout)
 	defer cancel()
-	var out api.HeartbeatResponse
+	var out httpapi.HeartbeatResponse
 	status, err := a.post(ctx, "/workers/"+a.workerID+"/heartbeat", "", req, &out)
 	if err != nil {
 		return nil, status, fmt.Errorf("heartbeat: %w", err)

@@ -20,9 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 
@@ -77,7 +77,7 @@ func (th *testHead) replace() {
 	th.h = h
 }
 
-func (th *testHead) submit(req api.SubmitRequest) string {
+func (th *testHead) submit(req httpapi.SubmitRequest) string {
 	th.t.Helper()
 	ids, err := th.h.Submit(context.Background(), &req)
 	if err != nil {
@@ -86,9 +86,9 @@ func (th *testHead) submit(req api.SubmitRequest) string {
 	return ids[0]
 }
 
-func cmdReq(cmd string) api.SubmitRequest {
+func cmdReq(cmd string) httpapi.SubmitRequest {
 	cpu, mem := 0.1, int64(16)
-	return api.SubmitRequest{Command: &cmd, ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}}
+	return httpapi.SubmitRequest{Command: &cmd, ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}}
 }
 
 func (th *testHead) instance(id string) *store.Instance {

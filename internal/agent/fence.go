@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // The worker's half of the fencing lease (issue 16; the head's half and
@@ -19,7 +19,7 @@ import (
 //	deadline = send time of the last successful heartbeat
 //	         + poll timeout + offline-after + liveness interval + margin
 //
-// with the head's values, from the last heartbeat answer (api.WorkerLease).
+// with the head's values, from the last heartbeat answer (httpapi.WorkerLease).
 // Restart-never instances are never stopped by the fence: the head keeps
 // them UNKNOWN and runs nothing else in their place. A worker that has no
 // lease terms (an older head, or none answered since this start) fences
@@ -31,7 +31,7 @@ import (
 // lease is what the worker knows of its fencing lease.
 type lease struct {
 	// terms are the head's, from the last successful heartbeat; nil: none.
-	terms *api.WorkerLease
+	terms *httpapi.WorkerLease
 	// sent is when the last successful heartbeat was sent (its request
 	// written), on the monotonic clock; ok says there was one since this
 	// start. sentWall is the same moment on the wall clock, for people.
@@ -71,7 +71,7 @@ func (l lease) grace() time.Duration {
 // ones whose key the head last desired with RequeuedIfLost, once the
 // deadline has passed; none before it. It is a pure function of its
 // arguments; keys come in the order of local.
-func planFence(l lease, now time.Duration, desired []api.DesiredInstance, local []localView) []key {
+func planFence(l lease, now time.Duration, desired []httpapi.DesiredInstance, local []localView) []key {
 	dl, ok := l.deadline()
 	if !ok || now < dl {
 		return nil

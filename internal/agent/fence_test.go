@@ -13,21 +13,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 var fenceStart = time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
 
 // testTerms: the lease adds 1 + 10 + 1 + 2 = 14 s to the last successful
 // heartbeat's send time.
-var testTerms = &api.WorkerLease{PollTimeoutSeconds: 1, OfflineAfterSeconds: 10, LivenessIntervalSeconds: 1,
+var testTerms = &httpapi.WorkerLease{PollTimeoutSeconds: 1, OfflineAfterSeconds: 10, LivenessIntervalSeconds: 1,
 	MarginSeconds: 2, GracePeriodSeconds: 0.5}
 
 func TestPlanFence(t *testing.T) {
 	l := lease{terms: testTerms, sent: time.Minute, ok: true}
 	dl := time.Minute + 14*time.Second
-	desired := []api.DesiredInstance{
+	desired := []httpapi.DesiredInstance{
 		{InstanceID: "rerun", Attempt: 2, RequeuedIfLost: true, RestartPolicy: "on-failure"},
 		{InstanceID: "keep", Attempt: 1, RestartPolicy: "never"},
 		{InstanceID: "stopping", Attempt: 1, RequeuedIfLost: true},
@@ -66,11 +66,11 @@ func TestPlanFence(t *testing.T) {
 
 func TestCapRequeuedGrace(t *testing.T) {
 	l := lease{terms: testTerms, ok: true}
-	prev := []api.DesiredInstance{{InstanceID: "a", Attempt: 1, RequeuedIfLost: true}, {InstanceID: "b", Attempt: 1},
+	prev := []httpapi.DesiredInstance{{InstanceID: "a", Attempt: 1, RequeuedIfLost: true}, {InstanceID: "b", Attempt: 1},
 		{InstanceID: "c", Attempt: 1, RequeuedIfLost: true}}
 	stops := []stopAction{{Key: key{"a", 1}, Grace: 30 * time.Second}, {Key: key{"b", 1}, Grace: 30 * time.Second},
 		{Key: key{"c", 1}, Grace: 20 * time.Second}}
-	got := capRequeuedGrace(slices.Clone(stops), prev, []api.StoppingInstance{{InstanceID: "c", Attempt: 1}}, l)
+	got := capRequeuedGrace(slices.Clone(stops), prev, []httpapi.StoppingInstance{{InstanceID: "c", Attempt: 1}}, l)
 	want := []stopAction{{Key: key{"a", 1}, Grace: 500 * time.Millisecond}, stops[1], stops[2]}
 	if !slices.Equal(got, want) {
 		t.Fatalf("capped %v, want %v", got, want)
@@ -88,14 +88,14 @@ func TestCapRequeuedGrace(t *testing.T) {
 type fakeHead struct {
 	mu      sync.Mutex
 	mode    string
-	desired []api.DesiredInstance
+	desired []httpapi.DesiredInstance
 	release chan struct{}
 	// reports is the last report per instance key, from any heartbeat.
-	reports map[key]api.InstanceReport
+	reports map[key]httpapi.InstanceReport
 	beats   int
 }
 
-func (f *fakeHead) set(mode string, desired []api.DesiredInstance) {
+func (f *fakeHead) set(mode string, desired []httpapi.DesiredInstance) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.mode = mode
@@ -107,7 +107,7 @@ func (f *fakeHead) set(mode string, desired []api.DesiredInstance) {
 	}
 }
 
-func (f *fakeHead) report(k key) (api.InstanceReport, int) {
+func (f *fakeHead) report(k key) (httpapi.InstanceReport, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.reports[k], f.beats
@@ -115,10 +115,10 @@ func (f *fakeHead) report(k key) (api.InstanceReport, int) {
 
 func (f *fakeHead) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/workers" {
-		json.NewEncoder(w).Encode(api.RegisterResponse{WorkerToken: "tok", Message: "Worker registered successfully"})
+		json.NewEncoder(w).Encode(httpapi.RegisterResponse{WorkerToken: "tok", Message: "Worker registered successfully"})
 		return
 	}
-	var req api.HeartbeatRequest
+	var req httpapi.HeartbeatRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -147,7 +147,7 @@ func (f *fakeHead) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	json.NewEncoder(w).Encode(api.HeartbeatResponse{Gen: 1, DesiredInstances: desired, Lease: testTerms})
+	json.NewEncoder(w).Encode(httpapi.HeartbeatResponse{Gen: 1, DesiredInstances: desired, Lease: testTerms})
 }
 
 // startFenceWorker runs a worker on a fake clock against a fakeHead that
@@ -155,7 +155,7 @@ func (f *fakeHead) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // and "keep" (restart never).
 func startFenceWorker(t *testing.T) (*fakeHead, *clock.Fake, Config) {
 	t.Helper()
-	fh := &fakeHead{mode: "up", reports: map[key]api.InstanceReport{}, desired: []api.DesiredInstance{
+	fh := &fakeHead{mode: "up", reports: map[key]httpapi.InstanceReport{}, desired: []httpapi.DesiredInstance{
 		{InstanceID: "rerun", Attempt: 1, Command: "exec sleep 300", ExpectedStatus: "ASSIGNED", RestartPolicy: "on-failure",
 			RequeuedIfLost: true},
 		{InstanceID: "keep", Attempt: 1, Command: "exec sleep 300", ExpectedStatus: "ASSIGNED", RestartPolicy: "never"},
@@ -268,7 +268,7 @@ func TestFenceDropsAStaleAnswer(t *testing.T) {
 	a := &Agent{cfg: Config{DefaultGracePeriod: time.Second}, log: testLogger(t), clk: clk, mono: monoFor(clk),
 		workerID: "w1", procs: map[key]*proc{}, lease: lease{terms: testTerms, ok: true, sentWall: fenceStart}, lastSeenGen: 7}
 	t.Cleanup(a.stopFenceTimer)
-	stale := &api.HeartbeatResponse{Gen: 8, Lease: testTerms, DesiredInstances: []api.DesiredInstance{
+	stale := &httpapi.HeartbeatResponse{Gen: 8, Lease: testTerms, DesiredInstances: []httpapi.DesiredInstance{
 		{InstanceID: "late", Attempt: 1, Command: "exec sleep 300", ExpectedStatus: "ASSIGNED", RequeuedIfLost: true}}}
 	// Sent at +1 s, its own lease runs out at +15 s: at +15 s the head
 	// has surely declared the worker lost since it gave this answer.
@@ -277,7 +277,7 @@ func TestFenceDropsAStaleAnswer(t *testing.T) {
 	if a.lastSeenGen != 7 || len(a.lastDesired) != 0 || len(a.procs) != 0 {
 		t.Fatalf("a stale answer was acted on: gen %d, desired %v, procs %d", a.lastSeenGen, a.lastDesired, len(a.procs))
 	}
-	fresh := &api.HeartbeatResponse{Gen: 9, Lease: testTerms}
+	fresh := &httpapi.HeartbeatResponse{Gen: 9, Lease: testTerms}
 	a.handleResult(headResult{beat: fresh, sent: a.mono(), sentWall: clk.Now()})
 	if a.lastSeenGen != 9 || a.lease.sent != 15*time.Second || a.fenceTimer == nil || a.fenceAt != 29*time.Second {
 		t.Fatalf("fresh answer: gen %d, lease sent %v, fence at %v", a.lastSeenGen, a.lease.sent, a.fenceAt)
@@ -318,7 +318,7 @@ func TestFenceIgnoresWallClockSteps(t *testing.T) {
 	clk := &wallStepClock{Fake: clock.NewFake(fenceStart)}
 	mono := monoFor(clk)
 	l := lease{terms: testTerms, sent: mono(), ok: true}
-	desired := []api.DesiredInstance{{InstanceID: "rerun", Attempt: 1, RequeuedIfLost: true}}
+	desired := []httpapi.DesiredInstance{{InstanceID: "rerun", Attempt: 1, RequeuedIfLost: true}}
 	local := []localView{{Key: key{"rerun", 1}, Phase: phaseRunning}}
 	clk.off = time.Hour
 	if got := planFence(l, mono(), desired, local); got != nil {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/google/uuid"
+	"github.com/tide-project/tide/internal/atomicfile"
 )
 
 // identity is the worker's persisted identity. UID never changes for a data
@@ -50,7 +51,7 @@ func loadIdentity(dir, name string) (identity, error) {
 		id.Name, changed = id.UID, true
 	}
 	if changed {
-		if err := writeFileAtomic(path, mustJSON(id)); err != nil {
+		if err := atomicfile.WriteFile(path, mustJSON(id)); err != nil {
 			return id, fmt.Errorf("write identity: %w", err)
 		}
 	}
@@ -63,28 +64,6 @@ func mustJSON(v any) []byte {
 		panic(fmt.Sprintf("agent: marshal %T: %v", v, err)) // only plain structs are marshalled
 	}
 	return append(b, '\n')
-}
-
-// writeFileAtomic writes data to path through a synced temporary file and a
-// rename, so a crash leaves the old or the new content, never a torn file.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // lockDataDir takes an exclusive lock on dir, so two workers never share run

@@ -12,7 +12,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/atomicfile"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // wrapperScript runs an instance's command. It is the process group leader
@@ -67,7 +68,7 @@ func (a *Agent) runDir(k key) string {
 }
 
 func (a *Agent) writeRecord(k key, r *runRecord) error {
-	if err := writeFileAtomic(filepath.Join(a.runDir(k), "record.json"), mustJSON(r)); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(a.runDir(k), "record.json"), mustJSON(r)); err != nil {
 		return fmt.Errorf("write run record %s@%d: %w", k.ID, k.Attempt, err)
 	}
 	return nil
@@ -104,7 +105,7 @@ type killEvent struct{ key key }
 // its secrets), the user's env, then tide's overrides: PORT, and
 // CUDA_VISIBLE_DEVICES set to the allocated GPUs or cleared, so an instance
 // without GPUs never inherits the worker's (PyLet leaves it set, A4).
-func (a *Agent) instanceEnv(d api.DesiredInstance, port int) []string {
+func (a *Agent) instanceEnv(d httpapi.DesiredInstance, port int) []string {
 	env := map[string]string{}
 	order := []string{}
 	set := func(k, v string) {
@@ -155,7 +156,7 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 
 // userCommand is the command line the inner shell runs (PyLet activates the
 // venv first).
-func userCommand(d api.DesiredInstance) string {
+func userCommand(d httpapi.DesiredInstance) string {
 	if d.Venv != nil && *d.Venv != "" {
 		return ". " + shellQuote(filepath.Join(*d.Venv, "bin", "activate")) + " && " + d.Command
 	}
@@ -164,7 +165,7 @@ func userCommand(d api.DesiredInstance) string {
 
 // start starts a desired instance. It never fails: a process that cannot be
 // started is recorded as exited with StartFailed and reported FAILED.
-func (a *Agent) start(d api.DesiredInstance) *proc {
+func (a *Agent) start(d httpapi.DesiredInstance) *proc {
 	k := key{d.InstanceID, d.Attempt}
 	p := &proc{key: k, rec: runRecord{InstanceID: k.ID, Attempt: k.Attempt, Boot: a.boot, GPUIndices: d.GPUIndices}}
 	fail := func(err error) *proc {

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 
@@ -181,8 +181,8 @@ func TestPyLetA14_12_AuthOnHeadAndLogServer(t *testing.T) {
 	cfg.Resources.MilliCPU, cfg.Resources.Memory = 2000, 2<<30
 	startWorker(t, cfg)
 	cmd, cpu, mem := "echo secret output", 0.1, int64(16)
-	ids, err := h.Submit(context.Background(), &api.SubmitRequest{Command: &cmd,
-		ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
+	ids, err := h.Submit(context.Background(), &httpapi.SubmitRequest{Command: &cmd,
+		ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestPyLetA14_12_AuthOnHeadAndLogServer(t *testing.T) {
 	}
 	wantLog := func(code int, body string) {
 		t.Helper()
-		var c api.LogChunk
+		var c httpapi.LogChunk
 		if code != 200 || json.Unmarshal([]byte(body), &c) != nil {
 			t.Fatalf("log read: %d %s", code, body)
 		}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // key names one local process: an instance at one attempt. Two attempts of
@@ -44,7 +44,7 @@ type stopAction struct {
 // desired state.
 type reconcilePlan struct {
 	// Start are desired instances the head expects to be started here.
-	Start []api.DesiredInstance
+	Start []httpapi.DesiredInstance
 	// Stop are running processes that are no longer desired.
 	Stop []stopAction
 	// Drop are exited processes the head no longer asks about: their
@@ -68,7 +68,7 @@ type reconcilePlan struct {
 //
 // It is a pure function of its arguments; the result lists keys in the
 // order of the inputs.
-func planReconcile(desired []api.DesiredInstance, stopping []api.StoppingInstance, local []localView,
+func planReconcile(desired []httpapi.DesiredInstance, stopping []httpapi.StoppingInstance, local []localView,
 	defaultGrace time.Duration) reconcilePlan {
 	want := make(map[key]bool, len(desired))
 	for _, d := range desired {
@@ -139,12 +139,12 @@ type reportView struct {
 // seen the cancel does not report it, so nothing local may be left out),
 // plus NOT_FOUND for each instance the head last said should be running
 // here (expected RUNNING or UNKNOWN) that has no local process.
-func buildReports(local []reportView, lastDesired []api.DesiredInstance) []api.InstanceReport {
-	out := make([]api.InstanceReport, 0, len(local))
+func buildReports(local []reportView, lastDesired []httpapi.DesiredInstance) []httpapi.InstanceReport {
+	out := make([]httpapi.InstanceReport, 0, len(local))
 	have := make(map[key]bool, len(local))
 	for _, l := range local {
 		have[l.Key] = true
-		r := api.InstanceReport{InstanceID: l.Key.ID, Attempt: l.Key.Attempt}
+		r := httpapi.InstanceReport{InstanceID: l.Key.ID, Attempt: l.Key.Attempt}
 		switch l.Phase {
 		case phaseRunning:
 			r.Status = "RUNNING"
@@ -175,10 +175,10 @@ func buildReports(local []reportView, lastDesired []api.DesiredInstance) []api.I
 	for _, d := range lastDesired {
 		k := key{d.InstanceID, d.Attempt}
 		if !have[k] && d.ExpectedStatus != "" && d.ExpectedStatus != "ASSIGNED" {
-			out = append(out, api.InstanceReport{InstanceID: k.ID, Attempt: k.Attempt, Status: "NOT_FOUND"})
+			out = append(out, httpapi.InstanceReport{InstanceID: k.ID, Attempt: k.Attempt, Status: "NOT_FOUND"})
 		}
 	}
-	slices.SortStableFunc(out, func(a, b api.InstanceReport) int {
+	slices.SortStableFunc(out, func(a, b httpapi.InstanceReport) int {
 		switch {
 		case a.InstanceID < b.InstanceID:
 			return -1
@@ -194,7 +194,7 @@ func buildReports(local []reportView, lastDesired []api.DesiredInstance) []api.I
 // has requeued (marked RequeuedIfLost in prev, not being cancelled) at the
 // lease's grace period: the head holds the new attempt for that long after
 // the fence's deadline, not for the worker's own default.
-func capRequeuedGrace(stops []stopAction, prev []api.DesiredInstance, stopping []api.StoppingInstance, l lease) []stopAction {
+func capRequeuedGrace(stops []stopAction, prev []httpapi.DesiredInstance, stopping []httpapi.StoppingInstance, l lease) []stopAction {
 	if l.terms == nil {
 		return stops
 	}

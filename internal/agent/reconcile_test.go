@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
-func desired(id string, attempt int64, expected string) api.DesiredInstance {
-	return api.DesiredInstance{InstanceID: id, Attempt: attempt, Command: "true", ExpectedStatus: expected}
+func desired(id string, attempt int64, expected string) httpapi.DesiredInstance {
+	return httpapi.DesiredInstance{InstanceID: id, Attempt: attempt, Command: "true", ExpectedStatus: expected}
 }
 
 // TestPlanReconcile ports PyLet's worker reconcile scenarios (test_worker.py,
@@ -18,37 +18,37 @@ func TestPlanReconcile(t *testing.T) {
 	const def = 30 * time.Second
 	tests := []struct {
 		name     string
-		desired  []api.DesiredInstance
-		stopping []api.StoppingInstance
+		desired  []httpapi.DesiredInstance
+		stopping []httpapi.StoppingInstance
 		local    []localView
 		want     string
 	}{
 		{
 			name:    "architecture example: stale attempt killed, missing started, undesired killed",
-			desired: []api.DesiredInstance{desired("a", 2, "ASSIGNED"), desired("b", 1, "ASSIGNED")},
+			desired: []httpapi.DesiredInstance{desired("a", 2, "ASSIGNED"), desired("b", 1, "ASSIGNED")},
 			local:   []localView{{key{"a", 1}, phaseRunning}, {key{"c", 1}, phaseRunning}},
 			want:    `{"Start":["a@2","b@1"],"Stop":["a@1/30s","c@1/30s"],"Drop":[]}`,
 		},
 		{
 			name:    "desired and running: nothing to do",
-			desired: []api.DesiredInstance{desired("a", 1, "RUNNING")},
+			desired: []httpapi.DesiredInstance{desired("a", 1, "RUNNING")},
 			local:   []localView{{key{"a", 1}, phaseRunning}},
 			want:    `{"Start":[],"Stop":[],"Drop":[]}`,
 		},
 		{
 			name:    "expected RUNNING but missing is not started again (reported NOT_FOUND)",
-			desired: []api.DesiredInstance{desired("a", 1, "RUNNING"), desired("b", 1, "UNKNOWN")},
+			desired: []httpapi.DesiredInstance{desired("a", 1, "RUNNING"), desired("b", 1, "UNKNOWN")},
 			want:    `{"Start":[],"Stop":[],"Drop":[]}`,
 		},
 		{
 			name:     "cancel request carries its grace period",
-			stopping: []api.StoppingInstance{{InstanceID: "a", Attempt: 1, GracePeriodSeconds: 2.5}},
+			stopping: []httpapi.StoppingInstance{{InstanceID: "a", Attempt: 1, GracePeriodSeconds: 2.5}},
 			local:    []localView{{key{"a", 1}, phaseRunning}},
 			want:     `{"Start":[],"Stop":["a@1/2.5s"],"Drop":[]}`,
 		},
 		{
 			name:     "zero grace kills at once",
-			stopping: []api.StoppingInstance{{InstanceID: "a", Attempt: 1, GracePeriodSeconds: 0}},
+			stopping: []httpapi.StoppingInstance{{InstanceID: "a", Attempt: 1, GracePeriodSeconds: 0}},
 			local:    []localView{{key{"a", 1}, phaseRunning}},
 			want:     `{"Start":[],"Stop":["a@1/0s"],"Drop":[]}`,
 		},
@@ -64,24 +64,24 @@ func TestPlanReconcile(t *testing.T) {
 		},
 		{
 			name:    "exited but still desired keeps being reported (fast exit before RUNNING, A14.3)",
-			desired: []api.DesiredInstance{desired("a", 1, "ASSIGNED")},
+			desired: []httpapi.DesiredInstance{desired("a", 1, "ASSIGNED")},
 			local:   []localView{{key{"a", 1}, phaseExited}},
 			want:    `{"Start":[],"Stop":[],"Drop":[]}`,
 		},
 		{
 			name:     "exited while being cancelled keeps being reported until the head confirms",
-			stopping: []api.StoppingInstance{{InstanceID: "a", Attempt: 1, GracePeriodSeconds: 30}},
+			stopping: []httpapi.StoppingInstance{{InstanceID: "a", Attempt: 1, GracePeriodSeconds: 30}},
 			local:    []localView{{key{"a", 1}, phaseExited}},
 			want:     `{"Start":[],"Stop":[],"Drop":[]}`,
 		},
 		{
 			name:     "cancelled before it started here: nothing to start or stop",
-			stopping: []api.StoppingInstance{{InstanceID: "a", Attempt: 1, GracePeriodSeconds: 30}},
+			stopping: []httpapi.StoppingInstance{{InstanceID: "a", Attempt: 1, GracePeriodSeconds: 30}},
 			want:     `{"Start":[],"Stop":[],"Drop":[]}`,
 		},
 		{
 			name:    "PyLet heads send no expected_status: treated as ASSIGNED",
-			desired: []api.DesiredInstance{desired("a", 1, "")},
+			desired: []httpapi.DesiredInstance{desired("a", 1, "")},
 			want:    `{"Start":["a@1"],"Stop":[],"Drop":[]}`,
 		},
 	}
@@ -121,7 +121,7 @@ func TestBuildReports(t *testing.T) {
 	tests := []struct {
 		name        string
 		local       []reportView
-		lastDesired []api.DesiredInstance
+		lastDesired []httpapi.DesiredInstance
 		want        string
 	}{
 		{
@@ -153,14 +153,14 @@ func TestBuildReports(t *testing.T) {
 		},
 		{
 			name:        "lost after restart: NOT_FOUND for expected RUNNING or UNKNOWN, never for ASSIGNED",
-			lastDesired: []api.DesiredInstance{desired("a", 1, "RUNNING"), desired("b", 2, "UNKNOWN"), desired("c", 1, "ASSIGNED")},
+			lastDesired: []httpapi.DesiredInstance{desired("a", 1, "RUNNING"), desired("b", 2, "UNKNOWN"), desired("c", 1, "ASSIGNED")},
 			want: `[{"instance_id":"a","attempt":1,"status":"NOT_FOUND"},` +
 				`{"instance_id":"b","attempt":2,"status":"NOT_FOUND"}]`,
 		},
 		{
 			name:        "a stale attempt is reported with its own attempt",
 			local:       []reportView{{Key: key{"a", 1}, Phase: phaseStopping}, {Key: key{"a", 2}, Phase: phaseRunning, Port: 1}},
-			lastDesired: []api.DesiredInstance{desired("a", 2, "ASSIGNED")},
+			lastDesired: []httpapi.DesiredInstance{desired("a", 2, "ASSIGNED")},
 			want: `[{"instance_id":"a","attempt":1,"status":"STOPPING"},` +
 				`{"instance_id":"a","attempt":2,"status":"RUNNING","port":1}]`,
 		},

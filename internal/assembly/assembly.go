@@ -37,6 +37,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,9 +46,10 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/head"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/build"
 	"github.com/tide-project/tide/internal/provider/netns"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Config configures an assembly.
@@ -92,12 +94,15 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // Assembly is a head with its pools. Its methods are safe for concurrent
 // use.
 type Assembly struct {
-	cfg  Config
-	log  *slog.Logger
-	h    *head.Head
-	ln   net.Listener
-	boot []byte
-	env  build.Env
+	cfg Config
+	log *slog.Logger
+	h   *head.Head
+	ln  net.Listener
+	// listening is the head's address once it listens, for blobs minted
+	// from other goroutines (fleet-backed pools).
+	listening atomic.Pointer[net.Addr]
+	boot      []byte
+	env       build.Env
 	// errs receives the error of a component that stopped by itself.
 	errs chan error
 	// led is set once this head has led (heads on etcd): a later term
@@ -144,7 +149,8 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 		cfg.Binary = exe
 	}
 	a := &Assembly{cfg: cfg, log: log, pools: map[string]*pool{}, errs: make(chan error, 16)}
-	a.env = build.Env{MachinesDir: filepath.Join(cfg.Head.DataDir, "machines"), Binary: cfg.Binary, Logger: log, Clock: clock.Real{}}
+	a.env = build.Env{MachinesDir: filepath.Join(cfg.Head.DataDir, "machines"), Binary: cfg.Binary, Logger: log, Clock: clock.Real{},
+		Join: a.joinBlob, Preempt: a.preempt}
 	pools := cfg.Pools
 	source := "pools"
 	if cfg.ConfigPath != "" {
@@ -217,7 +223,11 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 			return nil, fmt.Errorf("%s: pool %q: provider: %w", source, pc.Name, err)
 		}
 	}
-	if a.ln, err = head.Listen(hc); err != nil {
+	if a.ln, err = head.Listen(hc); err == nil {
+		addr := a.ln.Addr()
+		a.listening.Store(&addr)
+	}
+	if err != nil {
 		releaseProviders()
 		a.closeEarly()
 		return nil, err
@@ -225,7 +235,7 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 	// The controllers' blob names the head only: each machine's own blob,
 	// with a credential scoped to it, is minted when it is configured
 	// (joining).
-	boot, err := provider.Bootstrap{Head: headURL(h.Scheme(), a.ln.Addr()), Token: "minted-per-machine"}.Marshal()
+	boot, err := tideprovider.Bootstrap{Head: headURL(h.Scheme(), a.ln.Addr()), Token: "minted-per-machine"}.Marshal()
 	if err != nil {
 		releaseProviders()
 		a.closeEarly()

@@ -19,9 +19,10 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/head"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/aws"
 	"github.com/tide-project/tide/internal/provider/aws/awstest"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestAWSUserDataIsTheMachinesBootstrap: through the joining wrapper, an
@@ -59,7 +60,7 @@ func TestAWSUserDataIsTheMachinesBootstrap(t *testing.T) {
 	}
 	ac.BaseEndpoint = awssdk.String(moto.URL)
 	c := ec2.NewFromConfig(ac)
-	blobOf := func(id string) provider.Bootstrap {
+	blobOf := func(id string) tideprovider.Bootstrap {
 		t.Helper()
 		if _, err := j.Create(ctx, provider.CreateRequest{Fence: f, Pool: "p", MachineID: id, Offering: "m5.large/us-east-1a/on-demand"}); err != nil {
 			t.Fatalf("Create %s: %v", id, err)
@@ -82,11 +83,11 @@ func TestAWSUserDataIsTheMachinesBootstrap(t *testing.T) {
 		if !bytes.HasPrefix(script, []byte("#cloud-config\n")) || !bytes.Contains(script, []byte("/usr/local/bin/tide worker --bootstrap /var/lib/tide/bootstrap.json")) {
 			t.Fatalf("user data of %s is not tide's cloud-init:\n%s", id, script)
 		}
-		raw, err := provider.BootScriptBlob(script)
+		raw, err := tideprovider.BootScriptBlob(script)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := provider.ParseBootstrap(raw)
+		b, err := tideprovider.ParseBootstrap(raw)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/tide-project/tide/internal/head"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // joining hands each machine its own bootstrap blob: Configure mints a
@@ -112,4 +113,32 @@ func poolHeadURL(scheme string, ln net.Addr, prov provider.Provider) (string, er
 		host = "127.0.0.1"
 	}
 	return scheme + "://" + net.JoinHostPort(host, port), nil
+}
+
+// joinBlob mints the blob that joins one machine of a fleet-backed pool to
+// this head: the fleet asks for it when it configures a machine for the
+// pool. headURL "" is the head's own address.
+func (a *Assembly) joinBlob(ctx context.Context, pool, machine, _, headURL string) ([]byte, error) {
+	addr := a.listening.Load()
+	if addr == nil || a.h == nil {
+		return nil, errors.New("the head does not listen yet")
+	}
+	if headURL == "" {
+		var err error
+		if headURL, err = poolHeadURL(a.h.Scheme(), *addr, nil); err != nil {
+			return nil, err
+		}
+	}
+	return a.h.MintBootstrap(ctx, pool, machine, headURL)
+}
+
+// preempt is the fleet taking a machine of a fleet-backed pool back: the
+// head cordons its worker and moves its restartable work off now; the rest
+// runs until the fleet drains the machine.
+func (a *Assembly) preempt(ctx context.Context, pool, machine, why string, grace time.Duration) error {
+	if a.h == nil {
+		return errors.New("the head is not running yet")
+	}
+	_, err := a.h.Preempt(ctx, pool, machine, why, grace)
+	return err
 }

@@ -14,8 +14,9 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/head"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/sim"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestJoiningScopesCredentialsToMachines: each Configure hands the machine
@@ -39,7 +40,7 @@ func TestJoiningScopesCredentialsToMachines(t *testing.T) {
 	}
 	j := joining{Provider: cloud, head: h, headURL: "https://10.0.0.1:8000"}
 	f := provider.Fence{Controller: "c", Epoch: 1}
-	blobOf := func(id string) provider.Bootstrap {
+	blobOf := func(id string) tideprovider.Bootstrap {
 		t.Helper()
 		if _, err := j.Create(ctx, provider.CreateRequest{Fence: f, Pool: "p", MachineID: id, Offering: off.Name()}); err != nil {
 			t.Fatal(err)
@@ -53,7 +54,7 @@ func TestJoiningScopesCredentialsToMachines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := provider.ParseBootstrap(m.Bootstrap)
+		b, err := tideprovider.ParseBootstrap(m.Bootstrap)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,11 +17,14 @@ import (
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/build"
+	"github.com/tide-project/tide/internal/provider/fleet"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/internal/store"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // pool is one running pool: its provider, controller and autoscale loop.
@@ -140,7 +143,7 @@ func (a *Assembly) newPool(ctx context.Context, pc config.Pool, build func() (pr
 		}
 	}
 	ctl, err := controller.New(a.controllerConfig(pc), controller.Deps{
-		Provider: provider.Instrument(joining{Provider: prov, head: a.h, headURL: url}, a.cfg.Registry, provider.WithName(pc.Provider.Type)),
+		Provider: tideprovider.Instrument(joining{Provider: prov, head: a.h, headURL: url}, a.cfg.Registry, tideprovider.WithName(pc.Provider.Type)),
 		Journal:  journal,
 		Workload: a.h.Workload(),
 		Clock:    clock.Real{},
@@ -297,6 +300,18 @@ func (p *pool) status(retiring bool) head.PoolStatus {
 	ps := head.PoolStatus{Name: p.cfg.Name, Provider: p.cfg.Provider.Type, Policy: p.pol.Name(), Nodes: p.cfg.Nodes,
 		Desired: cs.Desired, Ready: cs.Current, Pending: cs.Pending, Draining: cs.Draining,
 		Reason: as.Reason, DecidedAt: as.At, Offerings: p.cfg.Offerings, Selector: p.cfg.Selector.Labels}
+	if f, ok := p.prov.(interface{ Status() fleet.Status }); ok {
+		st := f.Status()
+		fp := &httpapi.FleetPoolJSON{Cluster: st.Cluster, Shard: st.Shard, Short: st.Short, Why: st.Why,
+			LastSent: st.LastSend, LastError: st.LastError}
+		for _, n := range st.Asked {
+			fp.Asked += n
+		}
+		for _, n := range st.Granted {
+			fp.Granted += n
+		}
+		ps.Fleet = fp
+	}
 	if retiring {
 		ps.Nodes = capacity.Fixed(0)
 		ps.Reason = "removed from the config: draining its nodes"

@@ -12,8 +12,8 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/controller"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/build"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Event reasons of the assembly.

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider/aws/awstest"
 )
 
@@ -118,7 +118,7 @@ func TestSIGHUPReloadsARealHead(t *testing.T) {
 	}
 	var rejected string
 	eventually("the invalid file is refused with an event", func() bool {
-		evs, err := cl.Events(context.Background(), client.EventOptions{Limit: api.MaxEventLimit})
+		evs, err := cl.Events(context.Background(), client.EventOptions{Limit: httpapi.MaxEventLimit})
 		if err != nil {
 			return false
 		}

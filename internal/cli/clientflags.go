@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -86,6 +87,31 @@ func headError(err error) error {
 		return badInput(err)
 	}
 	return err
+}
+
+// askHead is the shape every client command shares: check -o (out is empty
+// for a command without one), build the client, make the call (a 4xx answer
+// is bad input, exit 2), then print the answer as JSON or with print. A new
+// read command is its flags plus one askHead.
+func askHead[T any](ctx context.Context, s Streams, cf *clientFlags, out string,
+	call func(*client.Client, context.Context) (T, error), print func(io.Writer, T) error) error {
+	if out != "" {
+		if err := checkOutput(out); err != nil {
+			return err
+		}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	v, err := call(c, ctx)
+	if err != nil {
+		return headError(err)
+	}
+	if out == "json" {
+		return writeJSONOut(s.Out, v)
+	}
+	return print(s.Out, v)
 }
 
 // outputFlag registers -o table|json.

@@ -20,7 +20,8 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // defaultDataDir is ~/.tide/<sub>, or .tide/<sub> without a home.
@@ -201,7 +202,7 @@ func readBootstrap(path string, in io.Reader) ([]byte, error) {
 
 // useBootstrap puts bootstrap blob data, read from path, into cfg.
 func useBootstrap(cfg *agent.Config, path string, data []byte, haveCA bool) error {
-	b, err := provider.ParseBootstrap(bytes.TrimSpace(data))
+	b, err := tideprovider.ParseBootstrap(bytes.TrimSpace(data))
 	if err != nil {
 		return fmt.Errorf("--bootstrap %s: %w", path, err)
 	}
@@ -304,7 +305,7 @@ other flags are then unused.`,
 				if err != nil {
 					return badInput(err)
 				}
-				if provider.IsNodeJoin(data) {
+				if tideprovider.IsNodeJoin(data) {
 					// tide kube's machine: it joins as a Node.
 					return runNodeAgent(cmd.Context(), s, bootstrapFile, data, 0)
 				}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // poolName shows the default pool "" readably.
@@ -47,21 +48,7 @@ func newPoolsCmd(s Streams) *cobra.Command {
 		Short: "List pools: desired, ready, pending and draining nodes, queue and the last scaling decision",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			ps, err := c.Pools(cmd.Context())
-			if err != nil {
-				return headError(err)
-			}
-			if out == "json" {
-				return writeJSONOut(s.Out, ps)
-			}
-			return printPools(s.Out, ps)
+			return askHead(cmd.Context(), s, &cf, out, (*client.Client).Pools, printPools)
 		},
 	}
 	cf.register(cmd)
@@ -69,7 +56,7 @@ func newPoolsCmd(s Streams) *cobra.Command {
 	return cmd
 }
 
-func printPools(w io.Writer, ps []api.PoolJSON) error {
+func printPools(w io.Writer, ps []httpapi.PoolJSON) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POOL\tPOLICY\tNODES (MIN/DESIRED/MAX)\tDESIRED\tREADY\tPENDING\tDRAINING\tMARKED\tQUEUED\tINFLIGHT\tCPU (USED/TOTAL)\tLAST DECISION")
 	for _, p := range ps {
@@ -91,7 +78,26 @@ func printPools(w io.Writer, ps []api.PoolJSON) error {
 			p.Ready, p.Pending, p.Draining, p.Marked, p.Queued, p.Inflight, p.UsedResources.CPUCores,
 			p.TotalResources.CPUCores, last)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if f := p.Fleet; f != nil {
+			line := fmt.Sprintf("%s: fleet cluster %s", poolName(p.Name), f.Cluster)
+			if f.Shard != 0 {
+				line += fmt.Sprintf(" on shard %d", f.Shard)
+			}
+			line += fmt.Sprintf(": asked %d, granted %d, short %d", f.Asked, f.Granted, f.Short)
+			if f.Why != "" {
+				line += " (" + f.Why + ")"
+			}
+			if f.LastError != "" {
+				line += "; fleet unreachable, running machines keep their work: " + f.LastError
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
+	return nil
 }
 
 func newNodesCmd(s Streams) *cobra.Command {
@@ -102,25 +108,13 @@ func newNodesCmd(s Streams) *cobra.Command {
 		Short: "List nodes: state, worker, per-node use, deletion marks and ages",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
 			var p *string
 			if cmd.Flags().Changed("pool") {
 				p = &pool
 			}
-			ns, err := c.Nodes(cmd.Context(), p)
-			if err != nil {
-				return headError(err)
-			}
-			if out == "json" {
-				return writeJSONOut(s.Out, ns)
-			}
-			return printNodes(s.Out, ns)
+			return askHead(cmd.Context(), s, &cf, out, func(c *client.Client, ctx context.Context) ([]httpapi.NodeJSON, error) {
+				return c.Nodes(ctx, p)
+			}, printNodes)
 		},
 	}
 	cmd.Flags().StringVar(&pool, "pool", "", "only the nodes of this pool")
@@ -129,7 +123,7 @@ func newNodesCmd(s Streams) *cobra.Command {
 	return cmd
 }
 
-func printNodes(w io.Writer, ns []api.NodeJSON) error {
+func printNodes(w io.Writer, ns []httpapi.NodeJSON) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POOL\tNODE\tORDINAL\tSTATE\tWORKER\tCPU (USED/TOTAL)\tMEM_MB (USED/TOTAL)\tGPUS (USED/TOTAL)\tINSTANCES\tMARKED\tAGE")
 	for _, n := range ns {
@@ -142,7 +136,7 @@ func printNodes(w io.Writer, ns []api.NodeJSON) error {
 		}
 		marked := "-"
 		if !n.MarkedAt.IsZero() {
-			marked = n.MarkedAt.UTC().Format(api.TimeFormat)
+			marked = n.MarkedAt.UTC().Format(httpapi.TimeFormat)
 		}
 		instances := fmt.Sprint(n.Instances)
 		if n.Daemons > 0 {
@@ -176,8 +170,8 @@ func newEventsCmd(s Streams) *cobra.Command {
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			if limit < 0 || limit > api.MaxEventLimit {
-				return badInput(fmt.Errorf("--limit: want 1 to %d, got %d", api.MaxEventLimit, limit))
+			if limit < 0 || limit > httpapi.MaxEventLimit {
+				return badInput(fmt.Errorf("--limit: want 1 to %d, got %d", httpapi.MaxEventLimit, limit))
 			}
 			if since < 0 {
 				return badInput(fmt.Errorf("--since: want an event id ≥ 0, got %d", since))
@@ -211,7 +205,7 @@ func newEventsCmd(s Streams) *cobra.Command {
 				fmt.Fprintln(s.Out, eventHeader)
 			}
 			enc := json.NewEncoder(s.Out)
-			err = c.FollowEvents(cmd.Context(), o, func(e api.EventJSON) error {
+			err = c.FollowEvents(cmd.Context(), o, func(e httpapi.EventJSON) error {
 				if out == "json" {
 					return enc.Encode(e) // one object per line
 				}
@@ -225,7 +219,7 @@ func newEventsCmd(s Streams) *cobra.Command {
 	f.BoolVarP(&follow, "follow", "f", false, "keep printing events as they happen (Ctrl-C stops); -o json prints one object per line")
 	f.StringVar(&pool, "pool", "", "only the events of this pool")
 	f.Int64Var(&since, "since", 0, "only events after this event id (default: the newest --limit events)")
-	f.IntVar(&limit, "limit", 0, fmt.Sprintf("at most this many events (default %d)", api.DefaultEventLimit))
+	f.IntVar(&limit, "limit", 0, fmt.Sprintf("at most this many events (default %d)", httpapi.DefaultEventLimit))
 	f.DurationVar(&reconnectIn, "reconnect-backoff", time.Second, "with -f, the pause before reconnecting after the head ends a stream early")
 	cf.register(cmd)
 	outputFlag(cmd, &out)
@@ -236,12 +230,12 @@ const eventHeader = "ID      TIME                 POOL          TYPE     REASON 
 
 // eventRow formats one event in fixed columns, so rows line up while
 // following too.
-func eventRow(e api.EventJSON) string {
+func eventRow(e httpapi.EventJSON) string {
 	node := e.Node
 	if node == "" {
 		node = "-"
 	}
 	msg := strings.ReplaceAll(e.Message, "\n", " ")
-	return fmt.Sprintf("%-7d %-20s %-13s %-8s %-23s %-13s %s", e.ID, e.Time.UTC().Format(api.TimeFormat),
+	return fmt.Sprintf("%-7d %-20s %-13s %-8s %-23s %-13s %s", e.ID, e.Time.UTC().Format(httpapi.TimeFormat),
 		poolName(e.Pool), e.Type, e.Reason, node, msg)
 }

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 var elasticStart = time.Date(2026, 7, 8, 9, 10, 11, 0, time.UTC)
@@ -57,7 +57,7 @@ func elasticHead(t *testing.T) (*head.Head, *clock.Fake) {
 	}
 	cmd, pool := "serve", "cpu"
 	cpu := 2.0
-	if _, err := c.Submit(ctx, &api.SubmitRequest{Command: &cmd, Pool: &pool, ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu}}); err != nil {
+	if _, err := c.Submit(ctx, &httpapi.SubmitRequest{Command: &cmd, Pool: &pool, ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := h.ScheduleOnce(ctx); err != nil || n != 1 {
@@ -78,8 +78,8 @@ func elasticHead(t *testing.T) (*head.Head, *clock.Fake) {
 }
 
 func registerWorker(url, id, pool string) error {
-	body, err := json.Marshal(api.RegisterRequest{WorkerID: id, Host: "127.0.0.1", Pool: pool,
-		Resources: &api.ResourceSpec{CPUCores: ptr(8.0), MemoryMB: ptr(int64(16384))}})
+	body, err := json.Marshal(httpapi.RegisterRequest{WorkerID: id, Host: "127.0.0.1", Pool: pool,
+		Resources: &httpapi.ResourceSpec{CPUCores: ptr(8.0), MemoryMB: ptr(int64(16384))}})
 	if err != nil {
 		return err
 	}
@@ -140,17 +140,17 @@ func TestPoolsNodesEventsCommands(t *testing.T) {
 	if out := must("events", "--pool", "cpu", "--since", "1", "--limit", "1"); strings.Contains(out, "joined") {
 		t.Fatalf("--limit 1 printed more: %s", out)
 	}
-	var pools []api.PoolJSON
+	var pools []httpapi.PoolJSON
 	if err := json.Unmarshal([]byte(must("pools", "-o", "json")), &pools); err != nil || len(pools) != 2 ||
 		pools[0].Name != "cpu" || pools[0].Marked != 1 || pools[0].Inflight != 1 || pools[1].Workers != 1 {
 		t.Fatalf("pools -o json: %+v %v", pools, err)
 	}
-	var nodes []api.NodeJSON
+	var nodes []httpapi.NodeJSON
 	if err := json.Unmarshal([]byte(must("nodes", "--pool", "", "-o", "json")), &nodes); err != nil || len(nodes) != 1 ||
 		nodes[0].ID != "solo" || nodes[0].Managed {
 		t.Fatalf("nodes --pool '' -o json: %+v %v", nodes, err)
 	}
-	var evs []api.EventJSON
+	var evs []httpapi.EventJSON
 	if err := json.Unmarshal([]byte(must("events", "-o", "json", "--pool", "gpu")), &evs); err != nil || len(evs) != 1 ||
 		evs[0].Node != "gpu-3-9" {
 		t.Fatalf("events -o json: %+v %v", evs, err)
@@ -254,7 +254,7 @@ func TestEventsFollowCommand(t *testing.T) {
 			}
 			var reasons []string
 			for _, l := range lines {
-				var e api.EventJSON
+				var e httpapi.EventJSON
 				if err := json.Unmarshal([]byte(l), &e); err != nil {
 					t.Fatalf("line %q: %v", l, err)
 				}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // mustRun runs the CLI and fails the test unless it exits with want.
@@ -21,9 +21,9 @@ func mustRun(t *testing.T, want int, args ...string) string {
 	return out
 }
 
-func getJSON(t *testing.T, ref string) api.InstanceJSON {
+func getJSON(t *testing.T, ref string) httpapi.InstanceJSON {
 	t.Helper()
-	var in api.InstanceJSON
+	var in httpapi.InstanceJSON
 	if err := json.Unmarshal([]byte(mustRun(t, ExitOK, "get", ref, "-o", "json")), &in); err != nil {
 		t.Fatal(err)
 	}

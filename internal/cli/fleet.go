@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,10 +30,9 @@ import (
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
 	"github.com/tide-project/tide/internal/fleet/fleetpb"
 	"github.com/tide-project/tide/internal/fleet/shardctl"
-	"github.com/tide-project/tide/internal/provider"
-	"github.com/tide-project/tide/internal/provider/sim"
-	"github.com/tide-project/tide/internal/strictjson"
+	"github.com/tide-project/tide/internal/provider/build"
 	"github.com/tide-project/tide/internal/validate"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // EnvFleet names the environment variable with the fleet API's address.
@@ -186,7 +185,7 @@ already there it changes nothing, with another it refuses to start.`,
 
 func newFleetShardCmd(s Streams) *cobra.Command {
 	var ef etcdFlags
-	var listen, advertise, holder, pool string
+	var listen, advertise, holder, pool, dataDir string
 	var shard uint16
 	var interval, ttl time.Duration
 	cmd := &cobra.Command{
@@ -195,8 +194,11 @@ func newFleetShardCmd(s Streams) *cobra.Command {
 		Long: `Run the controller of one shard. It takes the shard over in etcd (a lease; its epoch
 fences every provider call), adopts the machines of its pool, and runs decision
 cycles on the needs of its clusters. Providers come from the fleet's provider
-registry in etcd; type "sim" is a simulated cloud per shard process, configured
-by {"boot": "30s", "configure": "10s", "drain": "10s", "delete": "5s", "seed": 1}.`,
+registry in etcd, built as a pool's provider is: any type tide runs machines with
+(local, netns, plugin, aws, sim), the entry's config holding what a pool's
+provider options hold (sim: {"boot": "30s", "configure": "10s", "drain": "10s",
+"delete": "5s", "seed": 1}). Machines that run on this host (local, netns) keep
+their state under --data-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if shard == 0 {
@@ -212,10 +214,19 @@ by {"boot": "30s", "configure": "10s", "drain": "10s", "delete": "5s", "seed": 1
 			if err != nil {
 				return err
 			}
-			provs, err := buildProviders(conf, shard)
-			if err != nil {
-				return fmt.Errorf("provider registry: %w", err)
+			logger := slog.New(slog.NewTextHandler(s.Err, nil))
+			if dataDir == "" {
+				home, err := os.UserHomeDir()
+				if err != nil {
+					return badInput(fmt.Errorf("--data-dir: %w", err))
+				}
+				dataDir = filepath.Join(home, ".tide", fmt.Sprintf("fleet-s%d", shard))
 			}
+			provs, err := buildProviders(conf, dataDir, logger)
+			if err != nil {
+				return badInput(fmt.Errorf("provider registry: %w", err))
+			}
+			defer closeProviders(provs)
 			lis, err := net.Listen("tcp", listen)
 			if err != nil {
 				return badInput(fmt.Errorf("--listen: %w", err))
@@ -223,7 +234,6 @@ by {"boot": "30s", "configure": "10s", "drain": "10s", "delete": "5s", "seed": 1
 			if advertise == "" {
 				advertise = lis.Addr().String()
 			}
-			logger := slog.New(slog.NewTextHandler(s.Err, nil))
 			c, err := shardctl.New(shardctl.Config{Shard: fleet.ShardID(shard), Holder: holder, Address: advertise,
 				Pool: pool, Interval: interval, LeaseTTL: ttl},
 				shardctl.Deps{Store: store, Providers: provs, Logger: logger})
@@ -246,59 +256,40 @@ by {"boot": "30s", "configure": "10s", "drain": "10s", "delete": "5s", "seed": 1
 	f.StringVar(&advertise, "advertise", "", "address published for the coordinator (default: the listen address)")
 	f.StringVar(&holder, "holder", "", "name of this controller in etcd (default s<shard>)")
 	f.StringVar(&pool, "pool", "", "provider pool of the shard's machines (default fleet-s<shard>)")
+	f.StringVar(&dataDir, "data-dir", "", "state of the providers whose machines run on this host (default ~/.tide/fleet-s<shard>)")
 	f.DurationVar(&interval, "interval", shardctl.DefaultInterval, "decision cycle period")
 	f.DurationVar(&ttl, "lease-ttl", shardctl.DefaultLeaseTTL, "ownership lease (whole seconds)")
 	return cmd
 }
 
-// simProviderConfig is the registry config of a "sim" provider.
-type simProviderConfig struct {
-	Boot      string `json:"boot"`
-	Configure string `json:"configure"`
-	Drain     string `json:"drain"`
-	Delete    string `json:"delete"`
-	Seed      uint64 `json:"seed"`
-}
-
-// buildProviders builds the registry's providers for one shard process.
-func buildProviders(conf etcdstate.Config, shard uint16) (map[string]provider.Provider, error) {
+// buildProviders builds the registry's providers for one shard process,
+// each through the one construction pools use (build.FromRegistry): every
+// provider type, options validated the same way, errors naming the entry
+// and the field. Providers whose machines run on this host keep their state
+// under dataDir/<provider name>.
+func buildProviders(conf etcdstate.Config, dataDir string, logger *slog.Logger) (map[string]provider.Provider, error) {
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("the tide binary machines run: %w", err)
+	}
+	env := build.Env{MachinesDir: dataDir, Binary: bin, Logger: logger, Clock: clock.Real{}}
 	out := map[string]provider.Provider{}
 	for i, p := range conf.Providers {
-		switch p.Type {
-		case "sim":
-			var sc simProviderConfig
-			if len(p.Config) > 0 {
-				if err := strictjson.Decode(p.Config, &sc); err != nil {
-					return nil, fmt.Errorf("providers[%d].config: %w", i, err)
-				}
+		e := build.Entry{Name: p.Name, Type: p.Type, Options: p.Config}
+		for _, o := range conf.Offerings {
+			if o.Provider == p.Name {
+				e.Offerings = append(e.Offerings, o.Offering)
 			}
-			lat := map[string]sim.Latency{}
-			for _, d := range []struct{ name, v string }{{"boot", sc.Boot}, {"configure", sc.Configure},
-				{"drain", sc.Drain}, {"delete", sc.Delete}} {
-				if d.v == "" {
-					continue
-				}
-				v, err := time.ParseDuration(d.v)
-				if err != nil || v < 0 {
-					return nil, fmt.Errorf("providers[%d].config.%s: want a duration like 30s, got %q", i, d.name, d.v)
-				}
-				lat[d.name] = sim.Fixed(v)
-			}
-			var offs []sim.Offering
-			for _, o := range conf.Offerings {
-				if o.Provider == p.Name {
-					offs = append(offs, sim.Offering{Offering: o.Offering, Boot: lat["boot"], Configure: lat["configure"],
-						Drain: lat["drain"], Delete: lat["delete"]})
-				}
-			}
-			cloud, err := sim.New(sim.Config{Offerings: offs}, clock.Real{}, rand.New(rand.NewPCG(sc.Seed, uint64(shard))))
-			if err != nil {
-				return nil, fmt.Errorf("providers[%d] (%s): %w", i, p.Name, err)
-			}
-			out[p.Name] = cloud
-		default:
-			return nil, fmt.Errorf("providers[%d].type: %q is not supported by this build (supported: sim)", i, p.Type)
 		}
+		mk, err := build.FromRegistry(e, env)
+		if err != nil {
+			return nil, fmt.Errorf("providers[%d] (%s).%w", i, p.Name, err)
+		}
+		prov, err := mk()
+		if err != nil {
+			return nil, fmt.Errorf("providers[%d] (%s): %w", i, p.Name, err)
+		}
+		out[p.Name] = prov
 	}
 	return out, nil
 }
@@ -399,6 +390,19 @@ func printFleetStatus(w io.Writer, st *fleetv1.StatusResponse) error {
 		fmt.Fprintf(tw, "s%d\t%t\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", sh.GetShard(), sh.GetLive(), sh.GetEpoch(),
 			sh.GetCycle(), sh.GetClusters(), sh.GetMachines(), sh.GetConfigured(), sh.GetIdle(), sh.GetSpeculative(),
 			sh.GetEscalated(), prov, sh.GetAddress())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.GetClusters()) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tSHARD\tASKED\tGRANTED\tSHORT\tWHY")
+	for _, c := range st.GetClusters() {
+		fmt.Fprintf(tw, "%s\ts%d\t%d\t%d\t%d\t%s\n", c.GetCluster(), c.GetShard(), c.GetAsked(), c.GetGranted(), c.GetShort(),
+			orDash(c.GetWhy()))
 	}
 	return tw.Flush()
 }
@@ -526,4 +530,14 @@ func readFile(stdin io.Reader, path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
 	}
 	return data, nil
+}
+
+// closeProviders lets the shard's providers go without stopping their
+// machines: the next controller of the shard adopts them.
+func closeProviders(provs map[string]provider.Provider) {
+	for _, p := range provs {
+		if c, ok := p.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
 }

@@ -3,7 +3,10 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -145,32 +148,47 @@ func TestFleetCommandErrors(t *testing.T) {
 }
 
 func TestBuildProviders(t *testing.T) {
-	conf := etcdstate.Config{Offerings: []etcdstate.OfferingRecord{{Provider: "cloud", Profile: "gpu",
-		Offering: capacity.Offering{Type: "g8", PricePerHour: 3, Resources: capacity.Resources{GPUs: 8}}}},
+	g8 := etcdstate.OfferingRecord{Provider: "cloud", Profile: "gpu",
+		Offering: capacity.Offering{Type: "g8", PricePerHour: 3, Resources: capacity.Resources{GPUs: 8}}}
+	one := etcdstate.OfferingRecord{Provider: "here", Profile: "cpu",
+		Offering: capacity.Offering{Type: "local-1cpu", PricePerHour: 1, Resources: capacity.CPU(1000)}}
+	conf := etcdstate.Config{Offerings: []etcdstate.OfferingRecord{g8, one},
 		Providers: []etcdstate.ProviderSpec{
-			{Name: "cloud", Type: "sim", Config: json.RawMessage(`{"boot": "30s", "seed": 3}`)}}}
-	provs, err := buildProviders(conf, 1)
+			{Name: "cloud", Type: "sim", Config: json.RawMessage(`{"boot": "30s", "seed": 3}`)},
+			{Name: "here", Type: "local"}}}
+	dir := t.TempDir()
+	provs, err := buildProviders(conf, dir, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	offs, err := provs["cloud"].Offerings(context.Background())
-	if err != nil || len(offs) != 1 || offs[0].Name() != "g8/on-demand" {
-		t.Errorf("cloud sells %v (err %v), want g8/on-demand", offs, err)
+	defer closeProviders(provs)
+	for name, want := range map[string]string{"cloud": "g8/on-demand", "here": "local-1cpu/on-demand"} {
+		offs, err := provs[name].Offerings(context.Background())
+		if err != nil || len(offs) != 1 || offs[0].Name() != want {
+			t.Errorf("%s sells %v (err %v), want %s", name, offs, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "here")); err != nil {
+		t.Errorf("the local provider keeps no state under the data dir: %v", err)
 	}
 	tests := []struct {
 		name string
 		spec etcdstate.ProviderSpec
 		want string
 	}{
-		{"unknown type", etcdstate.ProviderSpec{Name: "x", Type: "aws"}, `providers[0].type: "aws" is not supported`},
-		{"bad duration", etcdstate.ProviderSpec{Name: "x", Type: "sim", Config: json.RawMessage(`{"boot": "soon"}`)},
-			"providers[0].config.boot"},
-		{"unknown field", etcdstate.ProviderSpec{Name: "x", Type: "sim", Config: json.RawMessage(`{"bot": "1s"}`)},
-			"providers[0].config"},
+		{"unknown type", etcdstate.ProviderSpec{Name: "cloud", Type: "gce"}, `providers[0] (cloud).type: "gce" is not a provider type`},
+		{"bad duration", etcdstate.ProviderSpec{Name: "cloud", Type: "sim", Config: json.RawMessage(`{"boot": "soon"}`)},
+			"providers[0] (cloud).config"},
+		{"unknown field", etcdstate.ProviderSpec{Name: "cloud", Type: "sim", Config: json.RawMessage(`{"bot": "1s"}`)},
+			"providers[0] (cloud).config"},
+		{"local takes no options", etcdstate.ProviderSpec{Name: "cloud", Type: "local", Config: json.RawMessage(`{"x": 1}`)},
+			"providers[0] (cloud).config: the local provider takes no options"},
+		{"no offering", etcdstate.ProviderSpec{Name: "other", Type: "sim"}, "providers[0] (other).offerings"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := buildProviders(etcdstate.Config{Providers: []etcdstate.ProviderSpec{tt.spec}}, 1)
+			_, err := buildProviders(etcdstate.Config{Offerings: []etcdstate.OfferingRecord{g8},
+				Providers: []etcdstate.ProviderSpec{tt.spec}}, t.TempDir(), slog.New(slog.DiscardHandler))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want one containing %q", err, tt.want)
 			}

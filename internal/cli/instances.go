@@ -16,8 +16,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/jobfile"
 )
 
@@ -64,25 +64,18 @@ the defaults (1 CPU core, no GPU, 512 MB).`,
 			if err != nil {
 				return err
 			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			res, err := c.Submit(cmd.Context(), req)
-			if err != nil {
-				return headError(err)
-			}
-			if out == "json" {
-				return writeJSONOut(s.Out, res)
-			}
-			ids := res.InstanceIDs
-			if len(ids) == 0 {
-				ids = []string{res.InstanceID}
-			}
-			for _, id := range ids {
-				fmt.Fprintln(s.Out, id)
-			}
-			return nil
+			return askHead(cmd.Context(), s, &cf, out, func(c *client.Client, ctx context.Context) (httpapi.SubmitResponse, error) {
+				return c.Submit(ctx, req)
+			}, func(w io.Writer, res httpapi.SubmitResponse) error {
+				ids := res.InstanceIDs
+				if len(ids) == 0 {
+					ids = []string{res.InstanceID}
+				}
+				for _, id := range ids {
+					fmt.Fprintln(w, id)
+				}
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -112,7 +105,7 @@ the defaults (1 CPU core, no GPU, 512 MB).`,
 
 // request builds the submit request: flags set on the command line, then
 // the job file, then the head's defaults.
-func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(string) (string, bool)) (*api.SubmitRequest, error) {
+func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(string) (string, bool)) (*httpapi.SubmitRequest, error) {
 	f := cmd.Flags()
 	job := &jobfile.File{}
 	if sf.config != "" {
@@ -124,10 +117,10 @@ func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(st
 			return nil, badInput(fmt.Errorf("%s: %w", sf.config, err))
 		}
 	}
-	req := &api.SubmitRequest{Name: job.Name, TargetWorker: job.TargetWorker, GPUIndices: job.GPUIndices,
+	req := &httpapi.SubmitRequest{Name: job.Name, TargetWorker: job.TargetWorker, GPUIndices: job.GPUIndices,
 		Exclusive: job.Exclusive, Labels: job.Labels, Env: job.Env, Venv: job.Venv, Replicas: job.Replicas,
 		RestartPolicy: job.RestartPolicy, MaxRestarts: job.MaxRestarts, Pool: job.Pool, Daemon: job.Daemon,
-		Restartable: job.Restartable, ResourceRequirements: &api.ResourceSpec{CPUCores: job.CPUCores, GPUUnits: job.GPUs, MemoryMB: job.MemoryMB}}
+		Restartable: job.Restartable, ResourceRequirements: &httpapi.ResourceSpec{CPUCores: job.CPUCores, GPUUnits: job.GPUs, MemoryMB: job.MemoryMB}}
 	req.Command = job.Command
 	switch {
 	case len(args) == 1:
@@ -266,24 +259,17 @@ func newListCmd(s Streams) *cobra.Command {
 			if cmd.Flags().Changed("pool") {
 				opts.Pool = &pool
 			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			ins, err := c.Instances(cmd.Context(), opts)
-			if err != nil {
-				return headError(err)
-			}
-			if out == "json" {
-				return writeJSONOut(s.Out, ins)
-			}
-			if idsOnly {
-				for _, in := range ins {
-					fmt.Fprintln(s.Out, in.InstanceID)
+			return askHead(cmd.Context(), s, &cf, out, func(c *client.Client, ctx context.Context) ([]httpapi.InstanceJSON, error) {
+				return c.Instances(ctx, opts)
+			}, func(w io.Writer, ins []httpapi.InstanceJSON) error {
+				if idsOnly {
+					for _, in := range ins {
+						fmt.Fprintln(w, in.InstanceID)
+					}
+					return nil
 				}
-				return nil
-			}
-			return printInstances(s.Out, ins, wide)
+				return printInstances(w, ins, wide)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -297,7 +283,7 @@ func newListCmd(s Streams) *cobra.Command {
 	return cmd
 }
 
-func printInstances(w io.Writer, ins []api.InstanceJSON, wide bool) error {
+func printInstances(w io.Writer, ins []httpapi.InstanceJSON, wide bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	hdr := "ID\tNAME\tSTATUS\tATTEMPT\tWORKER\tENDPOINT\tEXIT\tCREATED"
 	if wide {
@@ -323,7 +309,7 @@ func printInstances(w io.Writer, ins []api.InstanceJSON, wide bool) error {
 
 // instanceArg resolves ID, NAME or --name to an instance: an argument is
 // looked up as an id first, then as a name.
-func instanceArg(ctx context.Context, c *client.Client, args []string, name string) (*api.InstanceJSON, error) {
+func instanceArg(ctx context.Context, c *client.Client, args []string, name string) (*httpapi.InstanceJSON, error) {
 	switch {
 	case len(args) == 1 && name != "":
 		return nil, badInput(errors.New("give an instance id or --name, not both"))
@@ -350,48 +336,41 @@ func newGetCmd(s Streams) *cobra.Command {
 		Short: "Show one instance",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			in, err := instanceArg(cmd.Context(), c, args, name)
-			if err != nil {
-				return err
-			}
-			if out == "json" {
-				return writeJSONOut(s.Out, in)
-			}
-			tw := tabwriter.NewWriter(s.Out, 0, 4, 2, ' ', 0)
-			rows := []struct {
-				k string
-				v any
-			}{
-				{"id", in.InstanceID}, {"name", deref(in.Name)}, {"command", in.Command}, {"status", in.DisplayStatus},
-				{"attempt", in.Attempt}, {"worker", deref(in.AssignedTo)}, {"endpoint", deref(in.Endpoint)},
-				{"exit code", deref(in.ExitCode)}, {"failure reason", deref(in.FailureReason)},
-				{"waiting", orDash(in.WaitingReason)},
-				{"resources", fmt.Sprintf("cpu %g, memory %d MB, gpus %d", in.ResourceRequirements.CPUCores,
-					in.ResourceRequirements.MemoryMB, in.ResourceRequirements.GPUUnits)},
-				{"gpu indices", fmt.Sprint(in.GPUIndices)}, {"exclusive", in.Exclusive},
-				{"target worker", deref(in.TargetWorker)}, {"labels", kvList(in.Labels)}, {"env", kvList(in.Env)},
-				{"restart policy", fmt.Sprintf("%s (%d of %d restarts)", in.RestartPolicy, in.Restarts, in.MaxRestarts)},
-				{"pool", in.Pool}, {"created", deref(in.CreatedAt)}, {"assigned", deref(in.AssignedAt)},
-				{"started", deref(in.StartedAt)}, {"ended", deref(in.EndedAt)},
-				{"cancel requested", deref(in.CancellationRequestedAt)},
-			}
-			for _, r := range rows {
-				fmt.Fprintf(tw, "%s:\t%v\n", r.k, r.v)
-			}
-			return tw.Flush()
+			return askHead(cmd.Context(), s, &cf, out, func(c *client.Client, ctx context.Context) (*httpapi.InstanceJSON, error) {
+				return instanceArg(ctx, c, args, name)
+			}, printInstance)
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "instance name")
 	cf.register(cmd)
 	outputFlag(cmd, &out)
 	return cmd
+}
+
+// printInstance prints one instance as "key: value" lines.
+func printInstance(w io.Writer, in *httpapi.InstanceJSON) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	rows := []struct {
+		k string
+		v any
+	}{
+		{"id", in.InstanceID}, {"name", deref(in.Name)}, {"command", in.Command}, {"status", in.DisplayStatus},
+		{"attempt", in.Attempt}, {"worker", deref(in.AssignedTo)}, {"endpoint", deref(in.Endpoint)},
+		{"exit code", deref(in.ExitCode)}, {"failure reason", deref(in.FailureReason)},
+		{"waiting", orDash(in.WaitingReason)},
+		{"resources", fmt.Sprintf("cpu %g, memory %d MB, gpus %d", in.ResourceRequirements.CPUCores,
+			in.ResourceRequirements.MemoryMB, in.ResourceRequirements.GPUUnits)},
+		{"gpu indices", fmt.Sprint(in.GPUIndices)}, {"exclusive", in.Exclusive},
+		{"target worker", deref(in.TargetWorker)}, {"labels", kvList(in.Labels)}, {"env", kvList(in.Env)},
+		{"restart policy", fmt.Sprintf("%s (%d of %d restarts)", in.RestartPolicy, in.Restarts, in.MaxRestarts)},
+		{"pool", in.Pool}, {"created", deref(in.CreatedAt)}, {"assigned", deref(in.AssignedAt)},
+		{"started", deref(in.StartedAt)}, {"ended", deref(in.EndedAt)},
+		{"cancel requested", deref(in.CancellationRequestedAt)},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s:\t%v\n", r.k, r.v)
+	}
+	return tw.Flush()
 }
 
 func newLogsCmd(s Streams) *cobra.Command {
@@ -658,7 +637,7 @@ func orDash(s string) string {
 
 // instanceReason is the REASON column: why a pending instance waits, or why
 // a failed one failed.
-func instanceReason(in *api.InstanceJSON) string {
+func instanceReason(in *httpapi.InstanceJSON) string {
 	switch {
 	case in.WaitingReason != "":
 		return in.WaitingReason

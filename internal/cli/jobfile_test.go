@@ -12,15 +12,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // captureHead answers submits and records their bodies.
-func captureHead(t *testing.T) (*httptest.Server, *[]api.SubmitRequest) {
+func captureHead(t *testing.T) (*httptest.Server, *[]httpapi.SubmitRequest) {
 	t.Helper()
-	var got []api.SubmitRequest
+	var got []httpapi.SubmitRequest
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req api.SubmitRequest
+		var req httpapi.SubmitRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			t.Errorf("decode: %v", err)
 		}

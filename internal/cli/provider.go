@@ -21,7 +21,7 @@ import (
 	"github.com/tide-project/tide/internal/provider/plugin"
 	"github.com/tide-project/tide/internal/provider/providertest"
 	"github.com/tide-project/tide/internal/strictjson"
-	sdk "github.com/tide-project/tide/sdk/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 func newProviderCmd(s Streams) *cobra.Command {
@@ -82,7 +82,7 @@ by polling List (at most --settle per wait). Exits 1 when a subtest fails.`,
 				o.Command = strings.Fields(pluginCmd)
 			}
 			ctx := cmd.Context()
-			p, closer, err := plugin.OpenSDK(ctx, o, nil)
+			p, closer, err := plugin.Open(ctx, o, nil)
 			if err != nil {
 				return err
 			}
@@ -94,7 +94,7 @@ by polling List (at most --settle per wait). Exits 1 when a subtest fails.`,
 				name, version, _ = c.Info()
 			}
 			start := time.Now()
-			rs, err := plugin.Conform(ctx, plugin.FromSDK(p), offering, settle, timeout)
+			rs, err := plugin.Conform(ctx, p, offering, settle, timeout)
 			if err != nil {
 				return err
 			}
@@ -177,16 +177,16 @@ by that CA (mutual TLS) and --token-file to require a bearer token.`,
 			if err != nil {
 				return badInput(err)
 			}
-			p := plugin.ToSDK(cloud)
-			info := sdk.WithInfo(sdk.Info{Name: "sim", Version: "tide"})
+			p := cloud
+			info := provider.WithInfo(provider.Info{Name: "sim", Version: "tide"})
 			if listen == "" {
-				if !sdk.IsPluginProcess() {
+				if !provider.IsPluginProcess() {
 					return badInput(errors.New("serve-sim: tide starts me as a plugin; to serve remote callers, set --listen"))
 				}
-				sdk.Serve(p, info)
+				provider.Serve(p, info)
 				return nil
 			}
-			var rc sdk.RemoteConfig
+			var rc provider.RemoteConfig
 			if rf.cert != "" || rf.key != "" {
 				t, err := (&plugin.TLSFiles{CAFile: rf.ca, CertFile: rf.cert, KeyFile: rf.key}).ServerTLS()
 				if err != nil {
@@ -205,7 +205,7 @@ by that CA (mutual TLS) and --token-file to require a bearer token.`,
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
-			return sdk.ListenAndServe(ctx, p, listen, rc, func(a net.Addr) {
+			return provider.ListenAndServe(ctx, p, listen, rc, func(a net.Addr) {
 				fmt.Fprintf(s.Out, "serving the sim provider on %s\n", a)
 			}, info)
 		},
@@ -234,7 +234,7 @@ On SIGTERM (tide stopping the pool) every worker is stopped before exiting; when
 tide merely closes the plugin, workers keep running and are adopted next time.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !sdk.IsPluginProcess() {
+			if !provider.IsPluginProcess() {
 				return badInput(errors.New("serve-local: tide starts me as a plugin (provider.options.command)"))
 			}
 			if root == "" {
@@ -267,7 +267,7 @@ tide merely closes the plugin, workers keep running and are adopted next time.`,
 				}
 				os.Exit(code)
 			}()
-			sdk.Serve(plugin.ToSDK(prov), sdk.WithInfo(sdk.Info{Name: "local", Version: "tide"}))
+			provider.Serve(prov, provider.WithInfo(provider.Info{Name: "local", Version: "tide"}))
 			return prov.Close()
 		},
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tide-project/tide/internal/provider/plugin"
 	"github.com/tide-project/tide/internal/provider/plugin/plugintest"
-	sdk "github.com/tide-project/tide/sdk/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestMain lets this test binary stand in for the tide binary: with
@@ -74,7 +74,7 @@ func TestProviderTestRemoteToken(t *testing.T) {
 	addrc, done := make(chan string, 1), make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = sdk.ListenAndServe(ctx, plugin.ToSDK(cloud), "127.0.0.1:0", sdk.RemoteConfig{Token: "tok-123"},
+		_ = provider.ListenAndServe(ctx, cloud, "127.0.0.1:0", provider.RemoteConfig{Token: "tok-123"},
 			func(a net.Addr) { addrc <- a.String() })
 	}()
 	t.Cleanup(func() { cancel(); <-done })

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // syncBuffer is a bytes.Buffer safe to write from a running command and
@@ -119,18 +119,18 @@ func mustCLI(t *testing.T, args ...string) string {
 	return out
 }
 
-func cliWorkers(t *testing.T) []api.WorkerJSON {
+func cliWorkers(t *testing.T) []httpapi.WorkerJSON {
 	t.Helper()
-	var ws []api.WorkerJSON
+	var ws []httpapi.WorkerJSON
 	if err := json.Unmarshal([]byte(mustCLI(t, "workers", "-o", "json")), &ws); err != nil {
 		t.Fatal(err)
 	}
 	return ws
 }
 
-func cliGet(t *testing.T, id string) api.InstanceJSON {
+func cliGet(t *testing.T, id string) httpapi.InstanceJSON {
 	t.Helper()
-	var in api.InstanceJSON
+	var in httpapi.InstanceJSON
 	if err := json.Unmarshal([]byte(mustCLI(t, "get", id, "-o", "json")), &in); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func cliGet(t *testing.T, id string) api.InstanceJSON {
 // cliFinish waits (bounded) until id is terminal and returns its status.
 func cliFinish(t *testing.T, id string) string {
 	t.Helper()
-	var in api.InstanceJSON
+	var in httpapi.InstanceJSON
 	waitUntil(t, 10*time.Second, "instance "+id+" to finish", func() bool {
 		in = cliGet(t, id)
 		return in.Status == "COMPLETED" || in.Status == "FAILED" || in.Status == "CANCELLED"

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/agent"
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // runtimeCluster starts a head (admin token "tok") on loopback and one
@@ -93,7 +93,7 @@ func TestInstanceCommandsEndToEnd(t *testing.T) {
 	if out := must("ls", "-q", "--label", "app=demo", "--label", "tier=web"); out != id+"\n" {
 		t.Fatalf("ls with two labels: %q", out)
 	}
-	var listed []api.InstanceJSON
+	var listed []httpapi.InstanceJSON
 	if err := json.Unmarshal([]byte(must("ls", "--label", "app=demo", "-o", "json")), &listed); err != nil || len(listed) != 2 {
 		t.Fatalf("ls json: %v %d", err, len(listed))
 	}

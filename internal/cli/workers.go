@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 func newWorkersCmd(s Streams) *cobra.Command {
@@ -20,30 +22,12 @@ func newWorkersCmd(s Streams) *cobra.Command {
 		Short: "List workers, or show one, with what each still has available",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			var ws []api.WorkerJSON
 			if len(args) == 1 {
-				w, err := c.Worker(cmd.Context(), args[0])
-				if err != nil {
-					return headError(err)
-				}
-				ws = []api.WorkerJSON{*w}
-			} else if ws, err = c.Workers(cmd.Context()); err != nil {
-				return headError(err)
+				return askHead(cmd.Context(), s, &cf, out, func(c *client.Client, ctx context.Context) (*httpapi.WorkerJSON, error) {
+					return c.Worker(ctx, args[0])
+				}, func(w io.Writer, x *httpapi.WorkerJSON) error { return printWorkers(w, []httpapi.WorkerJSON{*x}) })
 			}
-			if out == "json" {
-				if len(args) == 1 {
-					return writeJSONOut(s.Out, ws[0])
-				}
-				return writeJSONOut(s.Out, ws)
-			}
-			return printWorkers(s.Out, ws)
+			return askHead(cmd.Context(), s, &cf, out, (*client.Client).Workers, printWorkers)
 		},
 	}
 	cf.register(cmd)
@@ -52,7 +36,7 @@ func newWorkersCmd(s Streams) *cobra.Command {
 	return cmd
 }
 
-func printWorkers(w io.Writer, ws []api.WorkerJSON) error {
+func printWorkers(w io.Writer, ws []httpapi.WorkerJSON) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tHOST\tSTATUS\tPOOL\tCPU (FREE/TOTAL)\tMEM_MB (FREE/TOTAL)\tGPUS (FREE/TOTAL)\tFREE GPU INDICES\tLAST SEEN")
 	for _, x := range ws {

@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // Environment variables and the default head address (PyLet's port).
@@ -179,15 +179,15 @@ func (c *Client) Health(ctx context.Context) error {
 
 // Submit submits instances; the answer holds the new id (and every id with
 // replicas).
-func (c *Client) Submit(ctx context.Context, req *api.SubmitRequest) (api.SubmitResponse, error) {
-	var out api.SubmitResponse
+func (c *Client) Submit(ctx context.Context, req *httpapi.SubmitRequest) (httpapi.SubmitResponse, error) {
+	var out httpapi.SubmitResponse
 	_, err := c.do(ctx, http.MethodPost, "/instances", nil, req, &out)
 	return out, err
 }
 
 // Instance returns one instance by id.
-func (c *Client) Instance(ctx context.Context, id string) (*api.InstanceJSON, error) {
-	var out api.InstanceJSON
+func (c *Client) Instance(ctx context.Context, id string) (*httpapi.InstanceJSON, error) {
+	var out httpapi.InstanceJSON
 	if _, err := c.do(ctx, http.MethodGet, "/instances/"+url.PathEscape(id), nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -195,8 +195,8 @@ func (c *Client) Instance(ctx context.Context, id string) (*api.InstanceJSON, er
 }
 
 // InstanceByName returns one instance by name.
-func (c *Client) InstanceByName(ctx context.Context, name string) (*api.InstanceJSON, error) {
-	var out api.InstanceJSON
+func (c *Client) InstanceByName(ctx context.Context, name string) (*httpapi.InstanceJSON, error) {
+	var out httpapi.InstanceJSON
 	if _, err := c.do(ctx, http.MethodGet, "/instances/by-name/"+url.PathEscape(name), nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -211,7 +211,7 @@ type ListOptions struct {
 }
 
 // Instances lists instances, newest first.
-func (c *Client) Instances(ctx context.Context, o ListOptions) ([]api.InstanceJSON, error) {
+func (c *Client) Instances(ctx context.Context, o ListOptions) ([]httpapi.InstanceJSON, error) {
 	q := url.Values{}
 	if o.Status != "" {
 		q.Set("status", o.Status)
@@ -222,7 +222,7 @@ func (c *Client) Instances(ctx context.Context, o ListOptions) ([]api.InstanceJS
 	if o.Pool != nil {
 		q.Set("pool", *o.Pool)
 	}
-	var out []api.InstanceJSON
+	var out []httpapi.InstanceJSON
 	_, err := c.do(ctx, http.MethodGet, "/instances", q, nil, &out)
 	return out, err
 }
@@ -317,15 +317,15 @@ func (c *Client) DeleteInstances(ctx context.Context, status string) ([]string, 
 }
 
 // Workers lists workers.
-func (c *Client) Workers(ctx context.Context) ([]api.WorkerJSON, error) {
-	var out []api.WorkerJSON
+func (c *Client) Workers(ctx context.Context) ([]httpapi.WorkerJSON, error) {
+	var out []httpapi.WorkerJSON
 	_, err := c.do(ctx, http.MethodGet, "/workers", nil, nil, &out)
 	return out, err
 }
 
 // Worker returns one worker.
-func (c *Client) Worker(ctx context.Context, id string) (*api.WorkerJSON, error) {
-	var out api.WorkerJSON
+func (c *Client) Worker(ctx context.Context, id string) (*httpapi.WorkerJSON, error) {
+	var out httpapi.WorkerJSON
 	if _, err := c.do(ctx, http.MethodGet, "/workers/"+url.PathEscape(id), nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -358,7 +358,7 @@ type LogChunk struct {
 // clamps offset to what it retains).
 func (c *Client) Logs(ctx context.Context, id string, offset, limit int64) (*LogChunk, error) {
 	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}, "limit": {strconv.FormatInt(limit, 10)}}
-	var raw api.LogChunk
+	var raw httpapi.LogChunk
 	if _, err := c.do(ctx, http.MethodGet, "/instances/"+url.PathEscape(id)+"/logs", q, nil, &raw); err != nil {
 		return nil, err
 	}

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/agent"
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 const adminToken = "admin-token"
@@ -67,10 +67,10 @@ func cluster(t *testing.T, mod func(*agent.Config)) (*Client, *head.Head) {
 	return c, h
 }
 
-func submit(t *testing.T, c *Client, cmd string, mod func(*api.SubmitRequest)) string {
+func submit(t *testing.T, c *Client, cmd string, mod func(*httpapi.SubmitRequest)) string {
 	t.Helper()
 	cpu, mem := 0.1, int64(16)
-	req := &api.SubmitRequest{Command: &cmd, ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}}
+	req := &httpapi.SubmitRequest{Command: &cmd, ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}}
 	if mod != nil {
 		mod(req)
 	}
@@ -101,11 +101,11 @@ func waitDone(t *testing.T, c *Client, id string) Result {
 func TestClientAgainstHead(t *testing.T) {
 	c, _ := cluster(t, nil)
 	ctx := context.Background()
-	ok := submit(t, c, "echo hi", func(r *api.SubmitRequest) {
+	ok := submit(t, c, "echo hi", func(r *httpapi.SubmitRequest) {
 		n := "greeter"
 		r.Name, r.Labels = &n, map[string]string{"app": "demo", "tier": "web"}
 	})
-	bad := submit(t, c, "exit 4", func(r *api.SubmitRequest) { r.Labels = map[string]string{"app": "demo"} })
+	bad := submit(t, c, "exit 4", func(r *httpapi.SubmitRequest) { r.Labels = map[string]string{"app": "demo"} })
 	long := submit(t, c, "exec sleep 60", nil)
 
 	if r := waitDone(t, c, ok); r.Status != "COMPLETED" || r.ExitCode == nil || *r.ExitCode != 0 {

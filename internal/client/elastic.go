@@ -11,25 +11,25 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // Pools lists every pool with its desired, ready, pending and draining
 // nodes, queue and last decision.
-func (c *Client) Pools(ctx context.Context) ([]api.PoolJSON, error) {
-	var out []api.PoolJSON
+func (c *Client) Pools(ctx context.Context) ([]httpapi.PoolJSON, error) {
+	var out []httpapi.PoolJSON
 	_, err := c.do(ctx, http.MethodGet, "/pools", nil, nil, &out)
 	return out, err
 }
 
 // Nodes lists the nodes of pool, or of every pool when pool is nil.
-func (c *Client) Nodes(ctx context.Context, pool *string) ([]api.NodeJSON, error) {
+func (c *Client) Nodes(ctx context.Context, pool *string) ([]httpapi.NodeJSON, error) {
 	q := url.Values{}
 	if pool != nil {
 		q.Set("pool", *pool)
 	}
-	var out []api.NodeJSON
+	var out []httpapi.NodeJSON
 	_, err := c.do(ctx, http.MethodGet, "/nodes", q, nil, &out)
 	return out, err
 }
@@ -41,8 +41,8 @@ type EventOptions struct {
 	// Since keeps only events with a larger ID; without it the newest
 	// Limit events are selected.
 	Since *int64
-	// Limit bounds the answer (1 to api.MaxEventLimit); the head's default
-	// (api.DefaultEventLimit) when zero.
+	// Limit bounds the answer (1 to httpapi.MaxEventLimit); the head's default
+	// (httpapi.DefaultEventLimit) when zero.
 	Limit int
 }
 
@@ -61,8 +61,8 @@ func (o EventOptions) query() url.Values {
 }
 
 // Events lists events, oldest first.
-func (c *Client) Events(ctx context.Context, o EventOptions) ([]api.EventJSON, error) {
-	var out []api.EventJSON
+func (c *Client) Events(ctx context.Context, o EventOptions) ([]httpapi.EventJSON, error) {
+	var out []httpapi.EventJSON
 	_, err := c.do(ctx, http.MethodGet, "/events", o.query(), nil, &out)
 	return out, err
 }
@@ -81,7 +81,7 @@ type FollowOptions struct {
 // returns fn's error) or the head cannot be reached or answers an error.
 // When the head ends a stream (its follow bound), FollowEvents reconnects
 // after the last event it saw, so no event is skipped or repeated.
-func (c *Client) FollowEvents(ctx context.Context, o EventOptions, fn func(api.EventJSON) error, fo FollowOptions) error {
+func (c *Client) FollowEvents(ctx context.Context, o EventOptions, fn func(httpapi.EventJSON) error, fo FollowOptions) error {
 	if fo.Clock == nil {
 		fo.Clock = clock.Real{}
 	}
@@ -109,7 +109,7 @@ func (c *Client) FollowEvents(ctx context.Context, o EventOptions, fn func(api.E
 
 // followOnce reads one stream; it moves o.Since past every event passed to
 // fn and returns how many there were.
-func (c *Client) followOnce(ctx context.Context, hc *http.Client, o *EventOptions, fn func(api.EventJSON) error) (int, error) {
+func (c *Client) followOnce(ctx context.Context, hc *http.Client, o *EventOptions, fn func(httpapi.EventJSON) error) (int, error) {
 	q := o.query()
 	q.Set("follow", "1")
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/events?"+q.Encode(), nil)
@@ -132,7 +132,7 @@ func (c *Client) followOnce(ctx context.Context, hc *http.Client, o *EventOption
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	n := 0
 	for sc.Scan() {
-		var ev api.EventJSON
+		var ev httpapi.EventJSON
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return n, fmt.Errorf("follow events: decode %q: %w", sc.Text(), err)
 		}

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 var t0 = time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
@@ -111,12 +111,12 @@ func TestFollowEventsReconnects(t *testing.T) {
 	record(t, h, "q", "skip")
 	record(t, h, "p", "2")
 	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan api.EventJSON)
+	got := make(chan httpapi.EventJSON)
 	done := make(chan error, 1)
 	pool := "p"
 	since := int64(0)
 	go func() {
-		done <- c.FollowEvents(ctx, EventOptions{Pool: &pool, Since: &since}, func(e api.EventJSON) error {
+		done <- c.FollowEvents(ctx, EventOptions{Pool: &pool, Since: &since}, func(e httpapi.EventJSON) error {
 			select {
 			case got <- e:
 			case <-ctx.Done():
@@ -158,12 +158,12 @@ func TestFollowEventsReconnects(t *testing.T) {
 	}
 
 	stop := errors.New("enough")
-	err := c.FollowEvents(context.Background(), EventOptions{}, func(api.EventJSON) error { return stop }, FollowOptions{})
+	err := c.FollowEvents(context.Background(), EventOptions{}, func(httpapi.EventJSON) error { return stop }, FollowOptions{})
 	if !errors.Is(err, stop) {
 		t.Fatalf("fn's error: %v", err)
 	}
 	bad, _ := New(c.BaseURL(), "wrong", nil)
-	err = bad.FollowEvents(context.Background(), EventOptions{}, func(api.EventJSON) error { return nil }, FollowOptions{})
+	err = bad.FollowEvents(context.Background(), EventOptions{}, func(httpapi.EventJSON) error { return nil }, FollowOptions{})
 	if statusOf(err) != 401 {
 		t.Fatalf("wrong token: %v", err)
 	}

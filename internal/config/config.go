@@ -53,14 +53,14 @@ type Pool struct {
 
 // Provider selects and configures a capacity provider.
 type Provider struct {
-	// Type is the provider kind: local, sim, plugin, netns, aws or kwok.
+	// Type is the provider kind: local, sim, plugin, netns, aws, kwok or fleet.
 	Type string `json:"type"`
 	// Options are provider-specific settings, passed through as given.
 	Options map[string]any `json:"options,omitempty"`
 }
 
 // ProviderTypes lists the provider kinds a config may name.
-var ProviderTypes = []string{"local", "sim", "plugin", "netns", "aws", "kwok"}
+var ProviderTypes = []string{"local", "sim", "plugin", "netns", "aws", "kwok", "fleet"}
 
 // Selector matches instances to a pool by labels (all must match).
 type Selector struct {

@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // callTimeout bounds every call to the provider it wraps. A call still
@@ -36,7 +37,7 @@ func withCallTimeout(p provider.Provider, d time.Duration) provider.Provider {
 
 // bounded runs call with a context that ends after d and returns its
 // result, or a TransientError once d has passed (ctx's error if ctx ended).
-func bounded[T any](ctx context.Context, d time.Duration, op provider.Op, call func(context.Context) (T, error)) (T, error) {
+func bounded[T any](ctx context.Context, d time.Duration, op tideprovider.Op, call func(context.Context) (T, error)) (T, error) {
 	cctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel() // on a timeout, tells the abandoned call to stop
 	type result struct {
@@ -78,29 +79,29 @@ func bounded[T any](ctx context.Context, d time.Duration, op provider.Op, call f
 }
 
 func (c *callTimeout) Offerings(ctx context.Context) ([]capacity.Offering, error) {
-	return bounded(ctx, c.d, provider.OpOfferings, c.next.Offerings)
+	return bounded(ctx, c.d, tideprovider.OpOfferings, c.next.Offerings)
 }
 
 func (c *callTimeout) Create(ctx context.Context, req provider.CreateRequest) (provider.Ack, error) {
-	return bounded(ctx, c.d, provider.OpCreate, func(ctx context.Context) (provider.Ack, error) { return c.next.Create(ctx, req) })
+	return bounded(ctx, c.d, tideprovider.OpCreate, func(ctx context.Context) (provider.Ack, error) { return c.next.Create(ctx, req) })
 }
 
 func (c *callTimeout) Configure(ctx context.Context, req provider.ConfigureRequest) (provider.Ack, error) {
-	return bounded(ctx, c.d, provider.OpConfigure, func(ctx context.Context) (provider.Ack, error) { return c.next.Configure(ctx, req) })
+	return bounded(ctx, c.d, tideprovider.OpConfigure, func(ctx context.Context) (provider.Ack, error) { return c.next.Configure(ctx, req) })
 }
 
 func (c *callTimeout) Drain(ctx context.Context, req provider.DrainRequest) (provider.Ack, error) {
-	return bounded(ctx, c.d, provider.OpDrain, func(ctx context.Context) (provider.Ack, error) { return c.next.Drain(ctx, req) })
+	return bounded(ctx, c.d, tideprovider.OpDrain, func(ctx context.Context) (provider.Ack, error) { return c.next.Drain(ctx, req) })
 }
 
 func (c *callTimeout) Delete(ctx context.Context, req provider.DeleteRequest) (provider.Ack, error) {
-	return bounded(ctx, c.d, provider.OpDelete, func(ctx context.Context) (provider.Ack, error) { return c.next.Delete(ctx, req) })
+	return bounded(ctx, c.d, tideprovider.OpDelete, func(ctx context.Context) (provider.Ack, error) { return c.next.Delete(ctx, req) })
 }
 
 func (c *callTimeout) Get(ctx context.Context, id string) (provider.Machine, error) {
-	return bounded(ctx, c.d, provider.OpGet, func(ctx context.Context) (provider.Machine, error) { return c.next.Get(ctx, id) })
+	return bounded(ctx, c.d, tideprovider.OpGet, func(ctx context.Context) (provider.Machine, error) { return c.next.Get(ctx, id) })
 }
 
 func (c *callTimeout) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
-	return bounded(ctx, c.d, provider.OpList, func(ctx context.Context) ([]provider.Machine, error) { return c.next.List(ctx, f) })
+	return bounded(ctx, c.d, tideprovider.OpList, func(ctx context.Context) ([]provider.Machine, error) { return c.next.List(ctx, f) })
 }

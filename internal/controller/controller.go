@@ -14,8 +14,9 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // ErrDeposed is returned (wrapped) by Tick, Sync and Run once a provider
@@ -111,7 +112,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 	}
 	prov := deps.Provider
 	if deps.Metrics != nil {
-		prov = provider.Instrument(prov, deps.Metrics, provider.WithClock(clk))
+		prov = tideprovider.Instrument(prov, deps.Metrics, tideprovider.WithClock(clk))
 	}
 	prov = withCallTimeout(prov, cfg.CallTimeout)
 	offs := slices.Clone(cfg.Offerings)

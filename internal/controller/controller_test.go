@@ -10,9 +10,10 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestScaleUpAndDown walks the happy path and pins its tick count: Create
@@ -32,12 +33,12 @@ func TestScaleUpAndDown(t *testing.T) {
 			t.Errorf("node %d has machine id %q, want prefix %q", n.ID, n.MachineID, want)
 		}
 	}
-	if got := e.calls(provider.OpCreate); got != 3 {
+	if got := e.calls(tideprovider.OpCreate); got != 3 {
 		t.Errorf("%d creates, want 3", got)
 	}
 	e.setDesired(0)
 	e.tickUntil(0, 10)
-	if got := e.calls(provider.OpDrain); got != 3 {
+	if got := e.calls(tideprovider.OpDrain); got != 3 {
 		t.Errorf("%d provider drains, want 3 (each machine leaves its cluster before it is deleted)", got)
 	}
 	if led := e.cloud.Ledger(); len(led.Live("")) != 0 {
@@ -95,12 +96,12 @@ func TestPendingCountsTowardEffective(t *testing.T) {
 		if st.Current+st.Pending != 3 {
 			t.Fatalf("effective %d+%d, want 3", st.Current, st.Pending)
 		}
-		if got := e.calls(provider.OpCreate); got != 3 {
+		if got := e.calls(tideprovider.OpCreate); got != 3 {
 			t.Fatalf("after %d ticks: %d creates, want 3 while booting", e.ticks, got)
 		}
 	}
 	e.tickUntil(3, 4)
-	if got := e.calls(provider.OpCreate); got != 3 {
+	if got := e.calls(tideprovider.OpCreate); got != 3 {
 		t.Errorf("%d creates, want 3", got)
 	}
 }
@@ -115,7 +116,7 @@ func TestDrainAbortedWhenDemandReturns(t *testing.T) {
 	e.work.setBusy(2, true) // work still running, so the drains must wait
 	e.work.setBusy(3, true)
 	machines := e.ctl.Status().Nodes
-	creates := e.calls(provider.OpCreate)
+	creates := e.calls(tideprovider.OpCreate)
 
 	e.setDesired(2)
 	e.mustTick()
@@ -126,7 +127,7 @@ func TestDrainAbortedWhenDemandReturns(t *testing.T) {
 	if !e.work.isCordoned(2) || !e.work.isCordoned(3) {
 		t.Fatalf("draining nodes not cordoned: %v", e.work.log())
 	}
-	if got := e.calls(provider.OpDrain); got != 0 {
+	if got := e.calls(tideprovider.OpDrain); got != 0 {
 		t.Fatalf("%d provider drains while the nodes still run work", got)
 	}
 
@@ -141,10 +142,10 @@ func TestDrainAbortedWhenDemandReturns(t *testing.T) {
 		t.Errorf("want 2 abort-drain events:\n%s", e.events.tail(10))
 	}
 	e.tickUntil(4, 2)
-	if got := e.calls(provider.OpDrain) + e.calls(provider.OpDelete); got != 0 {
+	if got := e.calls(tideprovider.OpDrain) + e.calls(tideprovider.OpDelete); got != 0 {
 		t.Errorf("%d drain/delete calls, want none", got)
 	}
-	if got := e.calls(provider.OpCreate); got != creates {
+	if got := e.calls(tideprovider.OpCreate); got != creates {
 		t.Errorf("%d creates after the abort, want none", got-creates)
 	}
 	if after := e.ctl.Status().Nodes; !slices.Equal(after, machines) {
@@ -164,10 +165,10 @@ func TestDrainAbortedAfterUnbind(t *testing.T) {
 	e.setDesired(2)
 	e.tickUntil(2, 10)
 	before := e.machineOf(1)
-	creates := e.calls(provider.OpCreate)
+	creates := e.calls(tideprovider.OpCreate)
 	e.setDesired(1)
 	e.mustTick()
-	if got := e.calls(provider.OpDrain); got != 1 {
+	if got := e.calls(tideprovider.OpDrain); got != 1 {
 		t.Fatalf("%d provider drains, want 1 (the node is empty)", got)
 	}
 	e.setDesired(2)
@@ -175,10 +176,10 @@ func TestDrainAbortedAfterUnbind(t *testing.T) {
 	if after := e.machineOf(1); after != before {
 		t.Errorf("node 1 is now %s, want the same machine %s configured again", after, before)
 	}
-	if got := e.calls(provider.OpCreate) - creates; got != 0 {
+	if got := e.calls(tideprovider.OpCreate) - creates; got != 0 {
 		t.Errorf("%d creates after the abort, want 0", got)
 	}
-	if got := e.calls(provider.OpDelete); got != 0 {
+	if got := e.calls(tideprovider.OpDelete); got != 0 {
 		t.Errorf("%d deletes, want 0", got)
 	}
 }
@@ -296,12 +297,12 @@ func TestEveryOfferingOut(t *testing.T) {
 	out(true)
 	e.setDesired(2)
 	e.mustTick()
-	if got := e.calls(provider.OpCreate); got != 2 {
+	if got := e.calls(tideprovider.OpCreate); got != 2 {
 		t.Fatalf("first tick: %d creates, want 2 (one per offering)", got)
 	}
 	for i := range 5 {
 		e.mustTick()
-		if got := e.calls(provider.OpCreate); got != 3+i {
+		if got := e.calls(tideprovider.OpCreate); got != 3+i {
 			t.Fatalf("tick %d: %d creates, want one probe per tick (%d)", e.ticks, got, 3+i)
 		}
 	}
@@ -346,14 +347,14 @@ func TestQuotaStopsCreating(t *testing.T) {
 	e := newEnv(t, setup{sim: func(c *sim.Config) { c.Quota = 2 }})
 	e.setDesired(4)
 	e.mustTick()
-	if got := e.calls(provider.OpCreate); got != 3 {
+	if got := e.calls(tideprovider.OpCreate); got != 3 {
 		t.Fatalf("%d creates, want 3 (2 fit, the 3rd hits the quota, and nothing more until the next tick)", got)
 	}
 	if len(e.events.find(controller.ReasonQuotaExceeded, "total quota")) != 1 {
 		t.Fatalf("want a quota-exceeded event:\n%s", e.events.tail(10))
 	}
 	e.mustTick()
-	if got := e.calls(provider.OpCreate); got != 4 {
+	if got := e.calls(tideprovider.OpCreate); got != 4 {
 		t.Errorf("%d creates, want 4 (one retry on the next tick)", got)
 	}
 	if err := e.cloud.SetQuota(0); err != nil {
@@ -420,7 +421,7 @@ func TestRestartKeepsDesired(t *testing.T) {
 	e.ctl = e.newController()
 	e.rec.Reset()
 	e.tickUntil(5, 1)
-	if got := e.calls(provider.OpCreate) + e.calls(provider.OpDrain) + e.calls(provider.OpDelete); got != 0 {
+	if got := e.calls(tideprovider.OpCreate) + e.calls(tideprovider.OpDrain) + e.calls(tideprovider.OpDelete); got != 0 {
 		t.Errorf("restart made %d create/drain/delete calls, want 0", got)
 	}
 	if after := e.ctl.Status(); !slices.Equal(after.Nodes, before) || after.Epoch != 2 {
@@ -449,7 +450,7 @@ func TestDeposed(t *testing.T) {
 		t.Errorf("want one deposed event:\n%s", e.events.tail(5))
 	}
 	for _, c := range e.rec.Calls()[calls:] {
-		if c.Op != provider.OpList && c.Op != provider.OpGet && !provider.IsStaleFence(c.Err) {
+		if c.Op != tideprovider.OpList && c.Op != tideprovider.OpGet && !provider.IsStaleFence(c.Err) {
 			t.Errorf("old controller's %s %s was not refused: %v", c.Op, c.MachineID, c.Err)
 		}
 	}
@@ -559,7 +560,7 @@ func TestConfigureFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, setup{cfg: func(c *controller.Config) { c.MaxRetries = 2 }})
 			for _, err := range tt.errs {
-				e.rec.FailNext(provider.OpConfigure, err)
+				e.rec.FailNext(tideprovider.OpConfigure, err)
 			}
 			e.setDesired(1)
 			e.mustTick()
@@ -571,7 +572,7 @@ func TestConfigureFailures(t *testing.T) {
 			if replaced := e.machineOf(0) != first; replaced != tt.replace {
 				t.Errorf("machine replaced: %v, want %v", replaced, tt.replace)
 			}
-			if got := len(e.rec.Calls(provider.OpGet)); got != tt.gets {
+			if got := len(e.rec.Calls(tideprovider.OpGet)); got != tt.gets {
 				t.Errorf("%d gets, want %d", got, tt.gets)
 			}
 		})

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tide-project/tide/internal/controller"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // goneWorkload is a fakeWorkload that is also a Forgetter and a

@@ -16,10 +16,11 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/providertest"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 var start = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
@@ -281,7 +282,7 @@ func (e *env) describe() string {
 }
 
 // calls counts the recorder's calls of op that reached the cloud.
-func (e *env) calls(op provider.Op) int {
+func (e *env) calls(op tideprovider.Op) int {
 	n := 0
 	for _, c := range e.rec.Calls(op) {
 		if c.Forwarded {

@@ -6,8 +6,8 @@ import (
 	"sync"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // launching is one machine of a concurrent Provision: its node, the

@@ -9,7 +9,8 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/controller"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // gate holds every Create until `limit` of them are in flight (or every
@@ -97,7 +98,7 @@ func TestConcurrentCreates(t *testing.T) {
 			if g.peak != tt.wantPeak {
 				t.Fatalf("peak %d Creates in flight, want %d", g.peak, tt.wantPeak)
 			}
-			if got := e.calls(provider.OpCreate); tt.full == "" && got != tt.nodes {
+			if got := e.calls(tideprovider.OpCreate); tt.full == "" && got != tt.nodes {
 				t.Fatalf("%d Creates for %d nodes", got, tt.nodes)
 			}
 			if tt.full != "" {

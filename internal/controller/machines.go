@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // drainPhase is where a node is in a drain.
@@ -445,8 +445,12 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 		c.changed(n.id)
 	}
 	if !m.ReclaimAt.IsZero() {
-		c.lose(ctx, n, ReasonInterrupted, "node %d: machine %s is reclaimed at %s (spot interruption notice): replacing it",
-			n.id, m.ID, m.ReclaimAt.UTC().Format(time.RFC3339))
+		notice := "spot interruption notice"
+		if m.Reason != "" {
+			notice = m.Reason // e.g. a fleet's preemption
+		}
+		c.lose(ctx, n, ReasonInterrupted, "node %d: machine %s is reclaimed at %s (%s): replacing it",
+			n.id, m.ID, m.ReclaimAt.UTC().Format(time.RFC3339), notice)
 		return
 	}
 	switch m.State {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tide-project/tide/internal/chaostest"
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
@@ -21,16 +20,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tide-project/tide/internal/chaostest"
+
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/local"
 	"github.com/tide-project/tide/internal/provider/netns"
 	"github.com/tide-project/tide/internal/provider/providertest"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/internal/store"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // The process-level crash test: TestCrashAtEveryStep's kill points, but the

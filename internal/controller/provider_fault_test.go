@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tide-project/tide/internal/chaostest"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -13,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tide-project/tide/internal/chaostest"
+
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/controller"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/local"
 	"github.com/tide-project/tide/internal/provider/providertest"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // pfault is one provider fault, injected by a providertest.Faulty wrapped

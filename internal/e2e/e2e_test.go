@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 var tideBin string
@@ -246,7 +246,7 @@ func (cl *cluster) submit(s spec) string {
 	if cpu == 0 {
 		cpu = 0.1
 	}
-	req := &api.SubmitRequest{Command: &s.cmd, ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem},
+	req := &httpapi.SubmitRequest{Command: &s.cmd, ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem},
 		Labels: s.labels}
 	if s.target != "" {
 		req.TargetWorker = &s.target
@@ -261,7 +261,7 @@ func (cl *cluster) submit(s spec) string {
 	return res.InstanceID
 }
 
-func (cl *cluster) get(id string) *api.InstanceJSON {
+func (cl *cluster) get(id string) *httpapi.InstanceJSON {
 	cl.t.Helper()
 	in, err := cl.c.Instance(context.Background(), id)
 	if err != nil {
@@ -270,9 +270,9 @@ func (cl *cluster) get(id string) *api.InstanceJSON {
 	return in
 }
 
-func (cl *cluster) waitStatus(id, status string, timeout time.Duration) *api.InstanceJSON {
+func (cl *cluster) waitStatus(id, status string, timeout time.Duration) *httpapi.InstanceJSON {
 	cl.t.Helper()
-	var in *api.InstanceJSON
+	var in *httpapi.InstanceJSON
 	cl.waitFor(timeout, fmt.Sprintf("%s to be %s", id, status), func() (bool, string) {
 		in = cl.get(id)
 		return in.Status == status, fmt.Sprintf("%s (display %s, attempt %d, worker %v)", in.Status, in.DisplayStatus,
@@ -484,7 +484,7 @@ func workerCrash(t *testing.T, cl *cluster) {
 			t.Fatalf("stale process %s (pid %d) died with its worker; the scenario needs it alive", key, pid)
 		}
 	}
-	before := map[string]api.InstanceJSON{}
+	before := map[string]httpapi.InstanceJSON{}
 	for _, id := range append(victims, never) {
 		before[id] = *cl.get(id)
 	}

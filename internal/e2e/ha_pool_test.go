@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/controller"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider/plugin"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestHAPoolFailover: the pool controllers run on the leader only, and a
@@ -112,8 +112,8 @@ func TestHAPoolFailover(t *testing.T) {
 	var ids []string
 	for i := range 3 {
 		c, cpu, mem, pool, name := "true", 8.0, int64(1024), "sim", fmt.Sprint("big-", i)
-		res, err := heads[i].c.Submit(context.Background(), &api.SubmitRequest{Command: &c, Name: &name, Pool: &pool,
-			ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
+		res, err := heads[i].c.Submit(context.Background(), &httpapi.SubmitRequest{Command: &c, Name: &name, Pool: &pool,
+			ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
 		if err != nil {
 			t.Fatal(err)
 		}

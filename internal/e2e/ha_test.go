@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // etcdMember is one member of a Debian etcd-server cluster on loopback.
@@ -262,8 +262,8 @@ func TestHAFailover(t *testing.T) {
 				h := heads[srng.IntN(len(heads))]
 				cpu, mem := 0.5, int64(16)
 				c := cmd
-				res, err := h.c.Submit(context.Background(), &api.SubmitRequest{Command: &c, Name: &name,
-					ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem},
+				res, err := h.c.Submit(context.Background(), &httpapi.SubmitRequest{Command: &c, Name: &name,
+					ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem},
 					Labels:               map[string]string{"phase": "ha"}})
 				switch {
 				case err == nil:
@@ -375,8 +375,8 @@ func TestHAFailover(t *testing.T) {
 		var ids []string
 		for i := range 20 {
 			c, cpu, mem, name := "true", 0.1, int64(16), fmt.Sprintf("minus-one-%d", i)
-			res, err := heads[i%3].c.Submit(context.Background(), &api.SubmitRequest{Command: &c, Name: &name,
-				ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
+			res, err := heads[i%3].c.Submit(context.Background(), &httpapi.SubmitRequest{Command: &c, Name: &name,
+				ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
 			if err != nil {
 				t.Fatalf("submit with one etcd member down: %v", err)
 			}
@@ -397,8 +397,8 @@ func TestHAFailover(t *testing.T) {
 	t.Run("quorum lost: writes refused with the reason, instances keep running, all resumes", func(t *testing.T) {
 		cl.t = t
 		c, cpu, mem, name := "sleep 12", 0.1, int64(16), "through-outage"
-		res, err := heads[0].c.Submit(context.Background(), &api.SubmitRequest{Command: &c, Name: &name,
-			ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
+		res, err := heads[0].c.Submit(context.Background(), &httpapi.SubmitRequest{Command: &c, Name: &name,
+			ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -427,8 +427,8 @@ func TestHAFailover(t *testing.T) {
 		cl.kill9(ms[1].d)
 		t0 := time.Now()
 		c2, n2 := "true", "during-outage"
-		_, err = heads[1].c.Submit(context.Background(), &api.SubmitRequest{Command: &c2, Name: &n2,
-			ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
+		_, err = heads[1].c.Submit(context.Background(), &httpapi.SubmitRequest{Command: &c2, Name: &n2,
+			ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
 		var ce *client.Error
 		if !errors.As(err, &ce) || ce.StatusCode != http.StatusServiceUnavailable || !strings.Contains(ce.Error(), "state store unavailable") {
 			t.Fatalf("submit without quorum: %v; want 503 saying the state store is unavailable", err)
@@ -441,8 +441,8 @@ func TestHAFailover(t *testing.T) {
 		ms[0].start(cl, ms[0].d.cmd.Path, "existing")
 		ms[1].start(cl, ms[1].d.cmd.Path, "existing")
 		cl.waitFor(60*time.Second, "submits accepted again", func() (bool, string) {
-			_, err := heads[2].c.Submit(context.Background(), &api.SubmitRequest{Command: &c2, Name: &n2,
-				ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
+			_, err := heads[2].c.Submit(context.Background(), &httpapi.SubmitRequest{Command: &c2, Name: &n2,
+				ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}})
 			return err == nil || strings.Contains(fmt.Sprint(err), "already exists"), fmt.Sprint(err)
 		})
 		cl.waitFor(60*time.Second, "the long instance COMPLETED once", func() (bool, string) {

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider"
 )
 
@@ -263,6 +263,6 @@ func (cl *cluster) startCmd(name, bin string, args ...string) *daemon {
 	return d
 }
 
-func submitReq(command string, labels map[string]string) *api.SubmitRequest {
-	return &api.SubmitRequest{Command: &command, Labels: labels}
+func submitReq(command string, labels map[string]string) *httpapi.SubmitRequest {
+	return &httpapi.SubmitRequest{Command: &command, Labels: labels}
 }

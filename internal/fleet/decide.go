@@ -102,6 +102,19 @@ func (s *Shard) applyNeeds(n *ClusterCapacityNeeds) {
 			s.touch(a)
 		}
 	}
+	for _, id := range n.Release {
+		m := uint32(id)
+		if int(m) >= len(s.st) || s.state(m) != Configured || ClusterID(s.cl[m]) != n.Cluster {
+			continue
+		}
+		// Newest first is the reclaim order: the released go last in their list.
+		if l := s.listOf(m, false); l != nil {
+			s.unlink(l, m)
+			s.pushBack(l, m)
+		}
+		s.st[m] |= releaseBit
+		s.released = append(s.released, m)
+	}
 	for _, a := range cs.allocs {
 		if A := &s.allocs[a]; A.seen != s.cycle && A.want != 0 {
 			A.want = 0
@@ -144,6 +157,10 @@ func (s *Shard) clearFresh(acts []Action) {
 			s.st[a.Machine] &^= freshBit
 		}
 	}
+	for _, m := range s.released {
+		s.st[m] &^= releaseBit
+	}
+	s.released = s.released[:0]
 }
 
 func (s *Shard) buildWork() {
@@ -274,7 +291,11 @@ func (s *Shard) drainFrom(l *list, b, to uint32, n int32, grace time.Duration, g
 		m := id - 1
 		id = s.prev[m]
 		if s.st[m]&freshBit == 0 {
-			s.drain(m, b, to, grace, gap, reason)
+			g := grace
+			if s.st[m]&releaseBit != 0 {
+				g = 0 // emptied by its cluster: nothing to wait for
+			}
+			s.drain(m, b, to, g, gap, reason)
 			done++
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestStateNamesMatchProvider: a driver converts with provider.State(s.String()),

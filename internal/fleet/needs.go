@@ -16,6 +16,11 @@ import (
 type ClusterCapacityNeeds struct {
 	Cluster ClusterID
 	Needs   []Need
+	// Release names machines of the cluster that it gives back (emptied by
+	// the cluster). When the cluster's needs leave machines of a profile in
+	// excess, Phase 3 reclaims these first and without a grace; ids that
+	// are not the cluster's are ignored.
+	Release []MachineID
 }
 
 // Need is one profile's line of a ClusterCapacityNeeds.

@@ -15,6 +15,9 @@ const (
 	hostBit   = 0x10 // the machine has a host (hardware)
 	resBit    = 0x20 // the machine is reserved for an allocation (see Shard.reserved)
 	freshBit  = 0x40 // the machine was acted on in this cycle: no second action
+	// releaseBit marks a machine its cluster gave back in this cycle's needs
+	// (ClusterCapacityNeeds.Release); any move clears it.
+	releaseBit = 0x80
 )
 
 // noAlloc is "no reservation" in move.
@@ -143,6 +146,7 @@ type Shard struct {
 	// flight are here, so it stays small in steady state.
 	reserved map[uint32]uint32
 	handoffs []uint32 // reserved machines that became Idle
+	released []uint32 // machines marked with releaseBit in this cycle
 	dirty    []uint32 // allocations to re-evaluate
 	short    []uint32 // allocations left with a deficit by the last cycle
 
@@ -599,4 +603,29 @@ func (s *Shard) Machine(id MachineID) (MachineInfo, bool) {
 		info.For, info.Exporting = s.allocs[r].cluster, r == exportSink
 	}
 	return info, true
+}
+
+// ClusterAlloc is one profile of what a cluster asked of the shard and holds.
+type ClusterAlloc struct {
+	Profile  ProfileID
+	Priority int32
+	// Want is the need's count; Bound counts the cluster's Configuring and
+	// Configured machines of the profile; Incoming those reserved for it.
+	Want, Bound, Incoming int32
+}
+
+// ClusterAllocs returns cluster c's allocations, one per profile it has
+// needed; it costs the number of its profiles.
+func (s *Shard) ClusterAllocs(c ClusterID) []ClusterAlloc {
+	cs, ok := s.clusters[c]
+	if !ok {
+		return nil
+	}
+	out := make([]ClusterAlloc, 0, len(cs.allocs))
+	for _, a := range cs.allocs {
+		A := &s.allocs[a]
+		out = append(out, ClusterAlloc{Profile: A.profile, Priority: A.priority, Want: A.want, Bound: A.bound(),
+			Incoming: int32(A.in.n)})
+	}
+	return out
 }

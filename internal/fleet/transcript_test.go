@@ -337,7 +337,7 @@ func (h *harness) add(kv map[string]string, pos []string) (string, error) {
 	return fmt.Sprintf("added %s..%s", first, first+MachineID(n-1)), nil
 }
 
-// needs <cluster> [<profile>=<count>@<priority>[,pen=<x>][,drain=<d>][,topo=<t>]]...
+// needs <cluster> [<profile>=<count>@<priority>[,pen=<x>][,drain=<d>][,topo=<t>]]... [release=m<i>,m<j>]
 func (h *harness) needsCmd(pos []string) (string, error) {
 	if len(pos) < 1 {
 		return "", fmt.Errorf("needs <cluster> [profile=count@priority,...]")
@@ -348,6 +348,16 @@ func (h *harness) needsCmd(pos []string) (string, error) {
 	}
 	msg := ClusterCapacityNeeds{Cluster: ClusterID(c)}
 	for _, item := range pos[1:] {
+		if ids, ok := strings.CutPrefix(item, "release="); ok {
+			for _, id := range strings.Split(ids, ",") {
+				m, err := strconv.ParseUint(strings.TrimPrefix(id, "m"), 10, 32)
+				if err != nil {
+					return "", fmt.Errorf("release %q: want m<n>", id)
+				}
+				msg.Release = append(msg.Release, MachineID(m))
+			}
+			continue
+		}
 		parts := strings.Split(item, ",")
 		name, rest, ok := strings.Cut(parts[0], "=")
 		count, prio, ok2 := strings.Cut(rest, "@")

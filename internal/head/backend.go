@@ -17,17 +17,17 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/store"
 	"github.com/tide-project/tide/internal/submit"
 )
 
 var (
-	_ api.Backend         = (*Head)(nil)
-	_ api.AttemptSource   = (*Head)(nil)
-	_ api.InstanceCounter = (*Head)(nil)
+	_ httpapi.Backend         = (*Head)(nil)
+	_ httpapi.AttemptSource   = (*Head)(nil)
+	_ httpapi.InstanceCounter = (*Head)(nil)
 )
 
 // Limits on reported fields (submitted ones are internal/submit's).
@@ -49,14 +49,16 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-func bad(format string, args ...any) error { return api.Errorf(http.StatusBadRequest, format, args...) }
+func bad(format string, args ...any) error {
+	return httpapi.Errorf(http.StatusBadRequest, format, args...)
+}
 
 // Submit validates a submit request and stores its instances (one per
 // replica) in one transaction. submit.Check runs the checks that need no
 // state; Submit adds the target worker's (it must exist, be online and
 // have the GPU indices asked for) and the pool's. A request that names no
 // pool and no target_worker goes to the pool Config.Route picks.
-func (h *Head) Submit(ctx context.Context, req *api.SubmitRequest) ([]string, error) {
+func (h *Head) Submit(ctx context.Context, req *httpapi.SubmitRequest) ([]string, error) {
 	spec, err := submit.Check(req)
 	if err != nil {
 		return nil, err
@@ -193,7 +195,7 @@ func (h *Head) DeleteInstances(ctx context.Context, status store.Status) ([]stri
 }
 
 // RegisterWorker registers or reconnects a worker and returns its token.
-func (h *Head) RegisterWorker(ctx context.Context, req *api.RegisterRequest) (string, error) {
+func (h *Head) RegisterWorker(ctx context.Context, req *httpapi.RegisterRequest) (string, error) {
 	if len(req.WorkerID) > submit.MaxNameLen || strings.ContainsAny(req.WorkerID, "/?#%") {
 		return "", bad("worker_id %q must be at most %d characters without '/', '?', '#' or '%%'", req.WorkerID, submit.MaxNameLen)
 	}
@@ -224,7 +226,7 @@ func (h *Head) RegisterWorker(ctx context.Context, req *api.RegisterRequest) (st
 }
 
 // Workers lists workers with what is still available on each.
-func (h *Head) Workers(ctx context.Context) ([]api.WorkerView, error) {
+func (h *Head) Workers(ctx context.Context) ([]httpapi.WorkerView, error) {
 	st, err := h.st.SchedulingState(ctx)
 	if err != nil {
 		return nil, err
@@ -233,23 +235,23 @@ func (h *Head) Workers(ctx context.Context) ([]api.WorkerView, error) {
 }
 
 // Worker returns one worker with its availability.
-func (h *Head) Worker(ctx context.Context, id string) (api.WorkerView, error) {
+func (h *Head) Worker(ctx context.Context, id string) (httpapi.WorkerView, error) {
 	if _, err := h.st.GetWorker(ctx, id); err != nil {
-		return api.WorkerView{}, err
+		return httpapi.WorkerView{}, err
 	}
 	st, err := h.st.SchedulingState(ctx)
 	if err != nil {
-		return api.WorkerView{}, err
+		return httpapi.WorkerView{}, err
 	}
 	for _, v := range views(st.Workers, st.Active) {
 		if v.Worker.ID == id {
 			return v, nil
 		}
 	}
-	return api.WorkerView{}, fmt.Errorf("worker %s: %w", id, store.ErrNotFound)
+	return httpapi.WorkerView{}, fmt.Errorf("worker %s: %w", id, store.ErrNotFound)
 }
 
-func views(ws []*store.Worker, active []store.SchedInstance) []api.WorkerView {
+func views(ws []*store.Worker, active []store.SchedInstance) []httpapi.WorkerView {
 	type use struct {
 		cpu, mem int64
 		excl     map[int]bool
@@ -269,9 +271,9 @@ func views(ws []*store.Worker, active []store.SchedInstance) []api.WorkerView {
 			}
 		}
 	}
-	out := make([]api.WorkerView, 0, len(ws))
+	out := make([]httpapi.WorkerView, 0, len(ws))
 	for _, w := range ws {
-		v := api.WorkerView{Worker: w, Available: w.Capacity.Clone()}
+		v := httpapi.WorkerView{Worker: w, Available: w.Capacity.Clone()}
 		u := used[w.ID]
 		for g := 0; g < int(w.Capacity.GPUs); g++ {
 			if u == nil || !u.excl[g] {
@@ -314,14 +316,14 @@ func (h *Head) WireGen(gen int64) int64 { return h.epoch<<genBits | gen }
 // fencing, then holds the request until the worker's desired set changes
 // (or PollTimeout). A generation from another head epoch, or one ahead of
 // the store, is answered at once.
-func (h *Head) Heartbeat(ctx context.Context, worker string, req *api.HeartbeatRequest) (*api.HeartbeatResponse, error) {
+func (h *Head) Heartbeat(ctx context.Context, worker string, req *httpapi.HeartbeatRequest) (*httpapi.HeartbeatResponse, error) {
 	h.m.heartbeats.Inc()
 	w, err := h.st.GetWorker(ctx, worker)
 	if err != nil {
 		return nil, err
 	}
 	if subtle.ConstantTimeCompare([]byte(hashToken(req.WorkerToken)), []byte(w.TokenHash)) != 1 {
-		return nil, api.Errorf(http.StatusUnauthorized, "Invalid worker token")
+		return nil, httpapi.Errorf(http.StatusUnauthorized, "Invalid worker token")
 	}
 	if w.BootID != "" && req.BootID != w.BootID {
 		h.log.Info("worker boot id changed", "worker", worker, "old", w.BootID, "new", req.BootID)
@@ -379,10 +381,10 @@ func (h *Head) Heartbeat(ctx context.Context, worker string, req *api.HeartbeatR
 	}
 }
 
-func (h *Head) desiredResponse(ds store.DesiredState) *api.HeartbeatResponse {
-	out := &api.HeartbeatResponse{Gen: h.WireGen(ds.Generation), DesiredInstances: make([]api.DesiredInstance, 0, len(ds.Instances))}
+func (h *Head) desiredResponse(ds store.DesiredState) *httpapi.HeartbeatResponse {
+	out := &httpapi.HeartbeatResponse{Gen: h.WireGen(ds.Generation), DesiredInstances: make([]httpapi.DesiredInstance, 0, len(ds.Instances))}
 	for _, d := range ds.Instances {
-		di := api.DesiredInstance{InstanceID: d.InstanceID, Attempt: d.Attempt, Command: d.Command,
+		di := httpapi.DesiredInstance{InstanceID: d.InstanceID, Attempt: d.Attempt, Command: d.Command,
 			GPUIndices: d.GPUIndices, Env: d.Env, ExpectedStatus: string(d.ExpectedStatus),
 			RestartPolicy: string(d.RestartPolicy), RequeuedIfLost: d.RequeuedIfLost && h.leaseOn()}
 		if di.GPUIndices == nil {
@@ -398,7 +400,7 @@ func (h *Head) desiredResponse(ds store.DesiredState) *api.HeartbeatResponse {
 		out.DesiredInstances = append(out.DesiredInstances, di)
 	}
 	for _, s := range ds.Stopping {
-		out.Stopping = append(out.Stopping, api.StoppingInstance{InstanceID: s.InstanceID, Attempt: s.Attempt,
+		out.Stopping = append(out.Stopping, httpapi.StoppingInstance{InstanceID: s.InstanceID, Attempt: s.Attempt,
 			GracePeriodSeconds: s.GracePeriod.Seconds()})
 	}
 	out.Lease = h.lease()
@@ -406,17 +408,17 @@ func (h *Head) desiredResponse(ds store.DesiredState) *api.HeartbeatResponse {
 }
 
 func unavailable(format string, args ...any) error {
-	return api.Errorf(http.StatusServiceUnavailable, format, args...)
+	return httpapi.Errorf(http.StatusServiceUnavailable, format, args...)
 }
 
 // Logs fetches a chunk of an instance's log from its worker's log server.
-func (h *Head) Logs(ctx context.Context, id string, offset, limit int64) (*api.LogChunk, error) {
+func (h *Head) Logs(ctx context.Context, id string, offset, limit int64) (*httpapi.LogChunk, error) {
 	in, err := h.st.GetInstance(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if in.AssignedWorker == "" {
-		return nil, api.Errorf(http.StatusNotFound, "Instance not assigned to any worker")
+		return nil, httpapi.Errorf(http.StatusNotFound, "Instance not assigned to any worker")
 	}
 	w, err := h.st.GetWorker(ctx, in.AssignedWorker)
 	if errors.Is(err, store.ErrNotFound) {
@@ -451,12 +453,12 @@ func (h *Head) Logs(ctx context.Context, id string, offset, limit int64) (*api.L
 		return nil, unavailable("Failed to read logs from worker %s: %v", w.ID, err)
 	}
 	if resp.StatusCode == http.StatusNotFound {
-		return nil, api.Errorf(http.StatusNotFound, "Logs not found for instance %s", id)
+		return nil, httpapi.Errorf(http.StatusNotFound, "Logs not found for instance %s", id)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, unavailable("Worker %s returned status %d for logs", w.ID, resp.StatusCode)
 	}
-	var chunk api.LogChunk
+	var chunk httpapi.LogChunk
 	if err := json.Unmarshal(body, &chunk); err != nil {
 		return nil, unavailable("Worker %s returned invalid log data: %v", w.ID, err)
 	}

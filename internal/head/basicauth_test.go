@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // lockedBuffer is a log sink shared by the head's goroutines.
@@ -74,14 +74,14 @@ func TestBasicAuthCarriesTheAdminToken(t *testing.T) {
 				resp.Body.Close()
 				return resp.StatusCode
 			}
-			list := func(userinfo string) (int, []api.InstanceJSON) {
+			list := func(userinfo string) (int, []httpapi.InstanceJSON) {
 				t.Helper()
 				resp, err := tc.hc.Get(at(userinfo, "/instances"))
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer resp.Body.Close()
-				var out []api.InstanceJSON
+				var out []httpapi.InstanceJSON
 				if resp.StatusCode == 200 {
 					if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 						t.Fatal(err)

@@ -90,7 +90,7 @@ type Config struct {
 	// LogProxyTimeout bounds a log fetch from a worker; 30s.
 	LogProxyTimeout time.Duration
 	// BodyTimeout bounds how long a request body may take to arrive (a
-	// slowloris defence); api.DefaultBodyTimeout when zero.
+	// slowloris defence); httpapi.DefaultBodyTimeout when zero.
 	BodyTimeout time.Duration
 	// HeaderTimeout bounds how long a request's headers may take to arrive
 	// (slow headers); 10s when zero. IdleTimeout closes a keep-alive

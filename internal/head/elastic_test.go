@@ -18,16 +18,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/controller"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 
 // registerIn registers a worker with 8 cores and 16 GiB in pool.
 func (e *env) registerIn(id, pool string) string {
 	e.t.Helper()
-	var out api.RegisterResponse
+	var out httpapi.RegisterResponse
 	code := e.do("POST", "/workers", obj{"worker_id": id, "host": "10.2.0.1", "pool": pool,
 		"resources": obj{"cpu_cores": 8, "gpu_units": 0, "memory_mb": 16384}, "labels": obj{"zone": "z1"}}, &out)
 	if code != 200 {
@@ -80,7 +80,7 @@ func TestCordonKeepsNewWorkOffAndBusyIgnoresDaemons(t *testing.T) {
 		}
 	}
 	busy("a", true) // the first instance still runs there
-	e.heartbeat("a", tokA, 0, api.InstanceReport{InstanceID: first, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
+	e.heartbeat("a", tokA, 0, httpapi.InstanceReport{InstanceID: first, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
 	busy("a", false)
 	busy("nobody", false)
 
@@ -143,7 +143,7 @@ func TestRemoveWorker(t *testing.T) {
 	keep := e.submit(obj{"command": "x", "restart_policy": "on-failure"})
 	lose := e.submit(obj{"command": "y"})
 	e.schedule()
-	e.heartbeat("w", tok, 0, api.InstanceReport{InstanceID: keep, Attempt: 1, Status: "RUNNING"})
+	e.heartbeat("w", tok, 0, httpapi.InstanceReport{InstanceID: keep, Attempt: 1, Status: "RUNNING"})
 	if err := e.h.Cordon(ctx, "w", true); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestRemoveWorker(t *testing.T) {
 	// The removed worker's machine may still run attempt 1 (the controller
 	// forgets a worker before it deletes the machine): held, as from an
 	// OFFLINE worker, for removeHold or until the machine is deleted.
-	if in := e.instance(keep); in.NotBefore == nil || *in.NotBefore != e.clk.Now().Add(e.h.removeHold()).UTC().Format(api.TimeFormat) {
+	if in := e.instance(keep); in.NotBefore == nil || *in.NotBefore != e.clk.Now().Add(e.h.removeHold()).UTC().Format(httpapi.TimeFormat) {
 		t.Fatalf("requeued on removal: not before %v, want %s", in.NotBefore, e.clk.Now().Add(e.h.removeHold()))
 	}
 	if e.schedule() != 0 {
@@ -225,7 +225,7 @@ func TestRouteSetsThePoolOfUnpooledSubmits(t *testing.T) {
 			mu.Lock()
 			calls = nil
 			mu.Unlock()
-			var out api.SubmitResponse
+			var out httpapi.SubmitResponse
 			if code := e.do("POST", "/instances", tc.body, &out); code != 200 {
 				t.Fatalf("submit: %d", code)
 			}
@@ -301,7 +301,7 @@ func TestEventsListAndFilters(t *testing.T) {
 		if code != 200 {
 			continue
 		}
-		var evs []api.EventJSON
+		var evs []httpapi.EventJSON
 		if err := json.Unmarshal(raw, &evs); err != nil || evs == nil {
 			t.Fatalf("GET /events%s: %s: %v", tc.query, raw, err)
 		}
@@ -313,9 +313,9 @@ func TestEventsListAndFilters(t *testing.T) {
 			t.Errorf("GET /events%s: ids %v, want %v", tc.query, ids, tc.ids)
 		}
 	}
-	var evs []api.EventJSON
+	var evs []httpapi.EventJSON
 	e.do("GET", "/events?limit=1&since=0", nil, &evs)
-	want := api.EventJSON{ID: 1, Time: start.Add(time.Second), Pool: "a", Type: "Warning", Reason: "at-max", Message: "held at max 4"}
+	want := httpapi.EventJSON{ID: 1, Time: start.Add(time.Second), Pool: "a", Type: "Warning", Reason: "at-max", Message: "held at max 4"}
 	if len(evs) != 1 || evs[0] != want {
 		t.Fatalf("converted controller event: %+v, want %+v", evs, want)
 	}
@@ -348,12 +348,12 @@ func (e *env) follow(query string) (*bufio.Scanner, *http.Response, context.Canc
 	return bufio.NewScanner(resp.Body), resp, cancel
 }
 
-func next(t *testing.T, sc *bufio.Scanner) api.EventJSON {
+func next(t *testing.T, sc *bufio.Scanner) httpapi.EventJSON {
 	t.Helper()
 	if !sc.Scan() {
 		t.Fatalf("stream ended: %v", sc.Err())
 	}
-	var ev api.EventJSON
+	var ev httpapi.EventJSON
 	if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 		t.Fatalf("line %q: %v", sc.Text(), err)
 	}
@@ -468,10 +468,10 @@ func TestPoolsAndNodesMergeViews(t *testing.T) {
 	if in := e.instance(run); in.AssignedTo == nil || *in.AssignedTo != "cpu-0-1" {
 		t.Fatalf("run placed on %v", in.AssignedTo)
 	}
-	e.heartbeat("cpu-0-1", tok, 0, api.InstanceReport{InstanceID: d, Attempt: 1, Status: "RUNNING"})
+	e.heartbeat("cpu-0-1", tok, 0, httpapi.InstanceReport{InstanceID: d, Attempt: 1, Status: "RUNNING"})
 	e.clk.Advance(10 * time.Second)
 
-	var pools []api.PoolJSON
+	var pools []httpapi.PoolJSON
 	if code := e.do("GET", "/pools", nil, &pools); code != 200 {
 		t.Fatalf("GET /pools: %d", code)
 	}
@@ -483,14 +483,14 @@ func TestPoolsAndNodesMergeViews(t *testing.T) {
 		t.Fatalf("pools %q, want managed first then by name", names)
 	}
 	cpu := pools[0]
-	wantCPU := api.PoolJSON{Name: "cpu", Managed: true, Provider: "local", Policy: "tide",
+	wantCPU := httpapi.PoolJSON{Name: "cpu", Managed: true, Provider: "local", Policy: "tide",
 		// Counted from the nodes, one state each: the marked node has no
 		// worker yet, so it is pending.
-		NodeSpec: &api.NodeSpecJSON{Min: 0, Desired: 0, Max: 4, Elastic: true}, Desired: 3, Ready: 1, Pending: 2, Marked: 1,
+		NodeSpec: &httpapi.NodeSpecJSON{Min: 0, Desired: 0, Max: 4, Elastic: true}, Desired: 3, Ready: 1, Pending: 2, Marked: 1,
 		Workers: 2, Queued: 0, Inflight: 1,
-		LastDecision:   &api.DecisionJSON{Reason: "3 queued need 3 nodes", Time: start.Add(-time.Minute), AgeSeconds: 70},
-		TotalResources: api.ResourcesOut{CPUCores: 16, MemoryMB: 32768},
-		UsedResources:  api.ResourcesOut{CPUCores: 3, MemoryMB: 1536}}
+		LastDecision:   &httpapi.DecisionJSON{Reason: "3 queued need 3 nodes", Time: start.Add(-time.Minute), AgeSeconds: 70},
+		TotalResources: httpapi.ResourcesOut{CPUCores: 16, MemoryMB: 32768},
+		UsedResources:  httpapi.ResourcesOut{CPUCores: 3, MemoryMB: 1536}}
 	if got, want := mustJSON(t, cpu), mustJSON(t, wantCPU); got != want {
 		t.Fatalf("cpu pool:\n got %s\nwant %s", got, want)
 	}
@@ -501,7 +501,7 @@ func TestPoolsAndNodesMergeViews(t *testing.T) {
 		t.Fatalf("gpu pool (queued, no worker): %+v", p)
 	}
 
-	var nodes []api.NodeJSON
+	var nodes []httpapi.NodeJSON
 	if code := e.do("GET", "/nodes?pool=cpu", nil, &nodes); code != 200 || len(nodes) != 4 {
 		t.Fatalf("GET /nodes?pool=cpu: %d %+v", code, nodes)
 	}
@@ -521,7 +521,7 @@ func TestPoolsAndNodesMergeViews(t *testing.T) {
 	if stray.ID != "cpu-stray" || stray.Managed || stray.State != "ready" || stray.AgeSeconds != 10 {
 		t.Fatalf("worker no autoscaler lists: %+v", stray)
 	}
-	var all []api.NodeJSON
+	var all []httpapi.NodeJSON
 	e.do("GET", "/nodes", nil, &all)
 	if len(all) != 5 || all[4].ID != "static" || all[4].State != "cordoned" || !all[4].Cordoned {
 		t.Fatalf("GET /nodes: %+v", all)
@@ -605,10 +605,10 @@ func TestPoolMetrics(t *testing.T) {
 		t.Fatalf("queued %g inflight %g, want 1 and 2", q, i)
 	}
 	e.clk.Advance(3 * time.Second)
-	e.heartbeat("w", tok, 0, api.InstanceReport{InstanceID: a, Attempt: 1, Status: "RUNNING"})
+	e.heartbeat("w", tok, 0, httpapi.InstanceReport{InstanceID: a, Attempt: 1, Status: "RUNNING"})
 	e.clk.Advance(2 * time.Second)
-	e.heartbeat("w", tok, 0, api.InstanceReport{InstanceID: a, Attempt: 1, Status: "RUNNING"},
-		api.InstanceReport{InstanceID: b, Attempt: 1, Status: "RUNNING"})
+	e.heartbeat("w", tok, 0, httpapi.InstanceReport{InstanceID: a, Attempt: 1, Status: "RUNNING"},
+		httpapi.InstanceReport{InstanceID: b, Attempt: 1, Status: "RUNNING"})
 	h := labelled(gather(t, reg, "tide_head_pending_to_running_seconds"), "p")
 	if h == nil || h.GetHistogram().GetSampleCount() != 2 || h.GetHistogram().GetSampleSum() != 8 {
 		t.Fatalf("pending-to-running histogram: %v", h)

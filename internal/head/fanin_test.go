@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // simWorker is a simulated worker: it holds a long-poll heartbeat at all
@@ -31,7 +31,7 @@ func (w *simWorker) loop(ctx context.Context, hc *http.Client, base string, star
 	var gen int64
 	first := true
 	for ctx.Err() == nil {
-		body, _ := json.Marshal(api.HeartbeatRequest{WorkerToken: w.token, BootID: "sim", LastSeenGen: gen})
+		body, _ := json.Marshal(httpapi.HeartbeatRequest{WorkerToken: w.token, BootID: "sim", LastSeenGen: gen})
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/workers/"+w.id+"/heartbeat", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := hc.Do(req)
@@ -42,7 +42,7 @@ func (w *simWorker) loop(ctx context.Context, hc *http.Client, base string, star
 			time.Sleep(10 * time.Millisecond) // loopback hiccup; the benchmark reports slow deliveries anyway
 			continue
 		}
-		var hb api.HeartbeatResponse
+		var hb httpapi.HeartbeatResponse
 		err = json.NewDecoder(resp.Body).Decode(&hb)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -102,8 +102,8 @@ func BenchmarkHeartbeatFanIn(b *testing.B) {
 	cpu, mem, gpus := 64.0, int64(1<<20), int64(0)
 	for i := range sims {
 		id := "sim-" + strconv.Itoa(i)
-		tok, err := h.RegisterWorker(ctx, &api.RegisterRequest{WorkerID: id, Host: "127.0.0.1",
-			Resources: &api.ResourceSpec{CPUCores: &cpu, GPUUnits: &gpus, MemoryMB: &mem}})
+		tok, err := h.RegisterWorker(ctx, &httpapi.RegisterRequest{WorkerID: id, Host: "127.0.0.1",
+			Resources: &httpapi.ResourceSpec{CPUCores: &cpu, GPUUnits: &gpus, MemoryMB: &mem}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -115,8 +115,8 @@ func BenchmarkHeartbeatFanIn(b *testing.B) {
 	for i := range n {
 		cmd, target := "sleep 600", sims[i*(workers/n)].id
 		c := 0.1
-		got, err := h.Submit(ctx, &api.SubmitRequest{Command: &cmd, TargetWorker: &target,
-			ResourceRequirements: &api.ResourceSpec{CPUCores: &c}})
+		got, err := h.Submit(ctx, &httpapi.SubmitRequest{Command: &cmd, TargetWorker: &target,
+			ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &c}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 
@@ -17,8 +17,8 @@ import (
 // it:
 //
 //   - every heartbeat answer tells the worker the lease's terms
-//     (api.WorkerLease) and which desired instances the head would requeue
-//     (api.DesiredInstance.RequeuedIfLost);
+//     (httpapi.WorkerLease) and which desired instances the head would requeue
+//     (httpapi.DesiredInstance.RequeuedIfLost);
 //   - the worker stops those, and only those, once the head has surely
 //     declared it lost: its last successful heartbeat's send time T +
 //     PollTimeout + OfflineAfter + LivenessInterval + FenceMargin
@@ -102,11 +102,11 @@ func (h *Head) removeHold() time.Duration {
 }
 
 // lease is the lease's terms sent on every heartbeat answer; nil when off.
-func (h *Head) lease() *api.WorkerLease {
+func (h *Head) lease() *httpapi.WorkerLease {
 	if !h.leaseOn() {
 		return nil
 	}
-	return &api.WorkerLease{PollTimeoutSeconds: h.cfg.PollTimeout.Seconds(), OfflineAfterSeconds: h.cfg.OfflineAfter.Seconds(),
+	return &httpapi.WorkerLease{PollTimeoutSeconds: h.cfg.PollTimeout.Seconds(), OfflineAfterSeconds: h.cfg.OfflineAfter.Seconds(),
 		LivenessIntervalSeconds: h.cfg.LivenessInterval.Seconds(), MarginSeconds: h.cfg.FenceMargin.Seconds(),
 		GracePeriodSeconds: h.cfg.DefaultGracePeriod.Seconds()}
 }

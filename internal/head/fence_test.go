@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // TestRequeuedInstanceHeldForFence (issue 16): an instance the head
@@ -22,10 +22,10 @@ func TestRequeuedInstanceHeldForFence(t *testing.T) {
 	retry := e.submit(obj{"command": "r", "restart_policy": "on-failure", "max_restarts": 3, "target_worker": "w1"})
 	plain := e.submit(obj{"command": "p", "target_worker": "w1"})
 	e.schedule()
-	resp := e.heartbeat("w1", tok1, 0, api.InstanceReport{InstanceID: retry, Attempt: 1, Status: "RUNNING", Port: ip(1)},
-		api.InstanceReport{InstanceID: plain, Attempt: 1, Status: "RUNNING", Port: ip(2)})
+	resp := e.heartbeat("w1", tok1, 0, httpapi.InstanceReport{InstanceID: retry, Attempt: 1, Status: "RUNNING", Port: ip(1)},
+		httpapi.InstanceReport{InstanceID: plain, Attempt: 1, Status: "RUNNING", Port: ip(2)})
 	cfg := e.h.cfg
-	want := api.WorkerLease{PollTimeoutSeconds: cfg.PollTimeout.Seconds(), OfflineAfterSeconds: cfg.OfflineAfter.Seconds(), LivenessIntervalSeconds: cfg.LivenessInterval.Seconds(),
+	want := httpapi.WorkerLease{PollTimeoutSeconds: cfg.PollTimeout.Seconds(), OfflineAfterSeconds: cfg.OfflineAfter.Seconds(), LivenessIntervalSeconds: cfg.LivenessInterval.Seconds(),
 		MarginSeconds: cfg.FenceMargin.Seconds(), GracePeriodSeconds: cfg.DefaultGracePeriod.Seconds()}
 	if resp.Lease == nil || *resp.Lease != want {
 		t.Fatalf("lease %+v, want %+v", resp.Lease, want)
@@ -52,7 +52,7 @@ func TestRequeuedInstanceHeldForFence(t *testing.T) {
 	// at once, as a healed partition: the hold still applies.
 	tok1 = e.register("w1", 0)
 	in := e.instance(retry)
-	if in.Status != "PENDING" || in.NotBefore == nil || *in.NotBefore != offAt.Add(hold).UTC().Format(api.TimeFormat) {
+	if in.Status != "PENDING" || in.NotBefore == nil || *in.NotBefore != offAt.Add(hold).UTC().Format(httpapi.TimeFormat) {
 		t.Fatalf("requeued: %s, not_before %v, want %s", in.Status, in.NotBefore, offAt.Add(hold))
 	}
 	if !strings.Contains(in.WaitingReason, "held until") || !strings.Contains(in.WaitingReason, "worker w1 was lost") {
@@ -91,7 +91,7 @@ func TestFenceOff(t *testing.T) {
 	tok1 := e.register("w1", 0)
 	retry := e.submit(obj{"command": "r", "restart_policy": "on-failure", "max_restarts": 3, "target_worker": "w1"})
 	e.schedule()
-	resp := e.heartbeat("w1", tok1, 0, api.InstanceReport{InstanceID: retry, Attempt: 1, Status: "RUNNING", Port: ip(1)})
+	resp := e.heartbeat("w1", tok1, 0, httpapi.InstanceReport{InstanceID: retry, Attempt: 1, Status: "RUNNING", Port: ip(1)})
 	if resp.Lease != nil || resp.DesiredInstances[0].RequeuedIfLost {
 		t.Fatalf("lease off, yet the answer carries %+v / %+v", resp.Lease, resp.DesiredInstances[0])
 	}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 
@@ -19,7 +19,7 @@ func TestGroupCommitFailsOnlyTheBadSubmit(t *testing.T) {
 	ctx := context.Background()
 	taken := "taken"
 	cmd := "true"
-	if _, err := e.h.Submit(ctx, &api.SubmitRequest{Command: &cmd, Name: &taken}); err != nil {
+	if _, err := e.h.Submit(ctx, &httpapi.SubmitRequest{Command: &cmd, Name: &taken}); err != nil {
 		t.Fatal(err)
 	}
 	const n = 64
@@ -36,7 +36,7 @@ func TestGroupCommitFailsOnlyTheBadSubmit(t *testing.T) {
 			case i%16 == 1:
 				name = "twin" // conflicts inside the burst
 			}
-			_, errs[i] = e.h.Submit(ctx, &api.SubmitRequest{Command: &cmd, Name: &name})
+			_, errs[i] = e.h.Submit(ctx, &httpapi.SubmitRequest{Command: &cmd, Name: &name})
 		}()
 	}
 	wg.Wait()

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/etcdstore"
 	"github.com/tide-project/tide/internal/fleet/etcdtest"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 
@@ -121,15 +121,15 @@ func TestHAStandbyServesAndLeaderPlaces(t *testing.T) {
 	if code := standby.call(t, "GET", "/leader", nil, &li); code != 200 || li.Self || li.Leader != leader.url || !li.HA {
 		t.Fatalf("GET /leader on the standby: %d %+v", code, li)
 	}
-	var reg api.RegisterResponse
+	var reg httpapi.RegisterResponse
 	if code := standby.call(t, "POST", "/workers", map[string]any{"worker_id": "w", "host": "10.0.0.9",
 		"resources": map[string]any{"cpu_cores": 4, "gpu_units": 0, "memory_mb": 4096}}, &reg); code != 200 {
 		t.Fatalf("register on the standby: %d", code)
 	}
-	beat := func(h *haHead, gen int64, reps ...api.InstanceReport) api.HeartbeatResponse {
+	beat := func(h *haHead, gen int64, reps ...httpapi.InstanceReport) httpapi.HeartbeatResponse {
 		t.Helper()
-		var out api.HeartbeatResponse
-		if code := h.call(t, "POST", "/workers/w/heartbeat", api.HeartbeatRequest{WorkerToken: reg.WorkerToken,
+		var out httpapi.HeartbeatResponse
+		if code := h.call(t, "POST", "/workers/w/heartbeat", httpapi.HeartbeatRequest{WorkerToken: reg.WorkerToken,
 			LastSeenGen: gen, Instances: reps}, &out); code != 200 {
 			t.Fatalf("heartbeat: %d", code)
 		}
@@ -153,8 +153,8 @@ func TestHAStandbyServesAndLeaderPlaces(t *testing.T) {
 	}
 	att := got.DesiredInstances[0].Attempt
 	ec := 0
-	beat(standby, got.Gen, api.InstanceReport{InstanceID: id1, Attempt: att, Status: "COMPLETED", ExitCode: &ec})
-	var in api.InstanceJSON
+	beat(standby, got.Gen, httpapi.InstanceReport{InstanceID: id1, Attempt: att, Status: "COMPLETED", ExitCode: &ec})
+	var in httpapi.InstanceJSON
 	if leader.call(t, "GET", "/instances/"+id1, nil, &in); in.Status != "COMPLETED" {
 		t.Fatalf("instance on the leader after the report to the standby: %s", in.Status)
 	}
@@ -167,7 +167,7 @@ func TestHAStandbyServesAndLeaderPlaces(t *testing.T) {
 	}
 	t.Logf("takeover after a clean stop: %s", time.Since(t0))
 	id2 := submit(standby, "two")
-	var last api.HeartbeatResponse
+	var last httpapi.HeartbeatResponse
 	for i := 0; i < 100; i++ {
 		last = beat(standby, -1)
 		if len(last.DesiredInstances) == 1 && last.DesiredInstances[0].InstanceID == id2 {

@@ -32,9 +32,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/scheduler"
 	"github.com/tide-project/tide/internal/store"
 	"github.com/tide-project/tide/internal/webui"
@@ -197,15 +197,15 @@ func (h *Head) Scheme() string {
 
 // Handler returns the HTTP API.
 func (h *Head) Handler() http.Handler {
-	opts := api.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log, MachineAuth: h.authMachine,
+	opts := httpapi.Options{AdminToken: h.cfg.Token, JoinToken: h.cfg.JoinToken, Logger: h.log, MachineAuth: h.authMachine,
 		BodyTimeout: h.cfg.BodyTimeout}
-	opts.Extra = api.DashboardRoutes(h)
+	opts.Extra = httpapi.DashboardRoutes(h)
 	opts.Extra["POST /bootstrap"] = http.HandlerFunc(h.serveBootstrap)
 	opts.Extra["GET /leader"] = http.HandlerFunc(h.serveLeader)
 	if h.cfg.Registry != nil {
 		opts.Extra["GET /metrics"] = promhttp.HandlerFor(h.cfg.Registry, promhttp.HandlerOpts{})
 	}
-	return api.BodyTimeoutHandler(webui.Mount(api.NewHandler(h, opts)), h.cfg.BodyTimeout)
+	return httpapi.BodyTimeoutHandler(webui.Mount(httpapi.NewHandler(h, opts)), h.cfg.BodyTimeout)
 }
 
 // Poke wakes the scheduling loop (coalesced).

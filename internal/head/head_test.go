@@ -16,9 +16,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider"
 )
 
@@ -108,7 +108,7 @@ func (e *env) submit(body obj) string {
 
 func (e *env) register(id string, gpus int) string {
 	e.t.Helper()
-	var out api.RegisterResponse
+	var out httpapi.RegisterResponse
 	code := e.do("POST", "/workers", obj{"worker_id": id, "host": "10.1.1." + fmt.Sprint(len(id)),
 		"resources": obj{"cpu_cores": 8, "gpu_units": gpus, "memory_mb": 16384}, "boot_id": "boot"}, &out)
 	if code != 200 || out.WorkerToken == "" || out.Message != "Worker registered successfully" {
@@ -119,10 +119,10 @@ func (e *env) register(id string, gpus int) string {
 
 // heartbeat sends a heartbeat that must be answered without waiting (a
 // generation from another epoch, or one the head has moved past).
-func (e *env) heartbeat(id, tok string, gen int64, reps ...api.InstanceReport) api.HeartbeatResponse {
+func (e *env) heartbeat(id, tok string, gen int64, reps ...httpapi.InstanceReport) httpapi.HeartbeatResponse {
 	e.t.Helper()
-	var out api.HeartbeatResponse
-	code := e.do("POST", "/workers/"+id+"/heartbeat", api.HeartbeatRequest{WorkerToken: tok, BootID: "boot",
+	var out httpapi.HeartbeatResponse
+	code := e.do("POST", "/workers/"+id+"/heartbeat", httpapi.HeartbeatRequest{WorkerToken: tok, BootID: "boot",
 		LastSeenGen: gen, Instances: reps}, &out)
 	if code != 200 {
 		e.t.Fatalf("heartbeat %s: %d", id, code)
@@ -130,9 +130,9 @@ func (e *env) heartbeat(id, tok string, gen int64, reps ...api.InstanceReport) a
 	return out
 }
 
-func (e *env) instance(id string) api.InstanceJSON {
+func (e *env) instance(id string) httpapi.InstanceJSON {
 	e.t.Helper()
-	var out api.InstanceJSON
+	var out httpapi.InstanceJSON
 	if code := e.do("GET", "/instances/"+id, nil, &out); code != 200 {
 		e.t.Fatalf("get %s: %d", id, code)
 	}
@@ -167,7 +167,7 @@ func TestSubmitAndGetShapes(t *testing.T) {
 	in := e.instance(id)
 	if in.Status != "PENDING" || in.DisplayStatus != "PENDING" || in.Attempt != 0 || in.Name != nil ||
 		!in.Exclusive || in.Labels["app"] != "x" || in.GPUIndices != nil || in.AssignedTo != nil ||
-		*in.CreatedAt != start.Format(api.TimeFormat) || in.ResourceRequirements.CPUCores != 1 ||
+		*in.CreatedAt != start.Format(httpapi.TimeFormat) || in.ResourceRequirements.CPUCores != 1 ||
 		in.ResourceRequirements.MemoryMB != 512 {
 		t.Fatalf("instance: %+v", in)
 	}
@@ -182,7 +182,7 @@ func TestSubmitAndGetShapes(t *testing.T) {
 		}
 	}
 	named := e.submit(obj{"command": "echo hi", "name": id[:8]})
-	var byName api.InstanceJSON
+	var byName httpapi.InstanceJSON
 	if code := e.do("GET", "/instances/by-name/"+id[:8], nil, &byName); code != 200 || byName.InstanceID != named ||
 		byName.Name == nil || *byName.Name != id[:8] {
 		t.Fatalf("by-name: %d %+v", code, byName)
@@ -247,7 +247,7 @@ func TestSubmitValidation(t *testing.T) {
 
 func TestReplicasAndMultiLabelFilter(t *testing.T) {
 	e := newEnv(t, nil)
-	var out api.SubmitResponse
+	var out httpapi.SubmitResponse
 	if code := e.do("POST", "/instances", obj{"command": "x", "name": "svc", "replicas": 3,
 		"labels": obj{"model": "m", "type": "serve"}}, &out); code != 200 || len(out.InstanceIDs) != 3 || out.InstanceID != out.InstanceIDs[0] {
 		t.Fatalf("replicas: %d %+v", code, out)
@@ -275,7 +275,7 @@ func TestReplicasAndMultiLabelFilter(t *testing.T) {
 	}
 	for _, tc := range tests {
 		var raw json.RawMessage
-		var list []api.InstanceJSON
+		var list []httpapi.InstanceJSON
 		code := e.do("GET", "/instances"+tc.query, nil, &raw)
 		if code == 200 {
 			if err := json.Unmarshal(raw, &list); err != nil {
@@ -312,14 +312,14 @@ func TestLifecycleEndpointResultAndWorkers(t *testing.T) {
 			t.Fatalf("desired entry %+v", d)
 		}
 	}
-	var ws []api.WorkerJSON
+	var ws []httpapi.WorkerJSON
 	e.do("GET", "/workers", nil, &ws)
 	if len(ws) != 1 || ws[0].AvailableResources.CPUCores != 5 || ws[0].AvailableResources.GPUUnits != 1 ||
 		len(ws[0].AvailableGPUIndices) != 1 || ws[0].TotalResources.CPUCores != 8 || ws[0].Status != "ONLINE" {
 		t.Fatalf("workers: %+v", ws)
 	}
-	e.heartbeat("w", tok, 0, api.InstanceReport{InstanceID: a, Attempt: 1, Status: "RUNNING", Port: ip(15600)},
-		api.InstanceReport{InstanceID: b, Attempt: 1, Status: "FAILED", ExitCode: ip(2)})
+	e.heartbeat("w", tok, 0, httpapi.InstanceReport{InstanceID: a, Attempt: 1, Status: "RUNNING", Port: ip(15600)},
+		httpapi.InstanceReport{InstanceID: b, Attempt: 1, Status: "FAILED", ExitCode: ip(2)})
 	for _, p := range []string{"/instances/" + a + "/endpoint", "/instances/by-name/svc/endpoint"} {
 		if code := e.do("GET", p, nil, &res); code != 200 || res["endpoint"] != "10.1.1.1:15600" {
 			t.Fatalf("%s: %d %v", p, code, res)
@@ -329,11 +329,11 @@ func TestLifecycleEndpointResultAndWorkers(t *testing.T) {
 		res["error"].(obj)["exit_code"] != 2.0 {
 		t.Fatalf("failed result: %d %v", code, res)
 	}
-	e.heartbeat("w", tok, 0, api.InstanceReport{InstanceID: a, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
+	e.heartbeat("w", tok, 0, httpapi.InstanceReport{InstanceID: a, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
 	if code := e.do("GET", "/instances/"+a+"/result", nil, &res); code != 200 || res["result"].(obj)["exit_code"] != 0.0 {
 		t.Fatalf("completed result: %d %v", code, res)
 	}
-	var w api.WorkerJSON
+	var w httpapi.WorkerJSON
 	if code := e.do("GET", "/workers/w", nil, &w); code != 200 || w.AvailableResources.CPUCores != 8 {
 		t.Fatalf("worker after completion: %d %+v", code, w)
 	}
@@ -353,7 +353,7 @@ func TestPyLetA14_3_FastExitCompletesFromAssigned(t *testing.T) {
 	tok := e.register("w", 0)
 	id := e.submit(obj{"command": "echo"})
 	e.schedule()
-	hb := e.heartbeat("w", tok, 0, api.InstanceReport{InstanceID: id, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
+	hb := e.heartbeat("w", tok, 0, httpapi.InstanceReport{InstanceID: id, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
 	if in := e.instance(id); in.Status != "COMPLETED" || in.ExitCode == nil || *in.ExitCode != 0 {
 		t.Fatalf("status %s exit %v, want COMPLETED 0", in.Status, in.ExitCode)
 	}
@@ -369,7 +369,7 @@ func TestCancelEveryState(t *testing.T) {
 	assigned := e.submit(obj{"command": "a"})
 	running := e.submit(obj{"command": "r"})
 	e.schedule()
-	hb := e.heartbeat("w", tok, 0, api.InstanceReport{InstanceID: running, Attempt: 1, Status: "RUNNING", Port: ip(1)})
+	hb := e.heartbeat("w", tok, 0, httpapi.InstanceReport{InstanceID: running, Attempt: 1, Status: "RUNNING", Port: ip(1)})
 	var res obj
 	if code := e.do("POST", "/instances/"+pending+"/cancel", nil, &res); code != 200 || res["status"] != "cancelling" {
 		t.Fatalf("cancel pending: %d %v", code, res)
@@ -388,7 +388,7 @@ func TestCancelEveryState(t *testing.T) {
 	}
 	e.do("POST", "/instances/"+assigned+"/cancel?grace_period_seconds=2", nil, &res)
 	// The worker learns of both cancels (its old generation is behind).
-	hb = e.heartbeat("w", tok, hb.Gen, api.InstanceReport{InstanceID: running, Attempt: 1, Status: "RUNNING", Port: ip(1)})
+	hb = e.heartbeat("w", tok, hb.Gen, httpapi.InstanceReport{InstanceID: running, Attempt: 1, Status: "RUNNING", Port: ip(1)})
 	if len(hb.DesiredInstances) != 0 || len(hb.Stopping) != 2 {
 		t.Fatalf("heartbeat after cancels: %+v", hb)
 	}
@@ -403,11 +403,11 @@ func TestCancelEveryState(t *testing.T) {
 	}
 	// A14.2: having seen that generation, the worker reports only the one it
 	// is stopping, so the never-started one completes its cancel.
-	hb = e.heartbeat("w", tok, hb.Gen, api.InstanceReport{InstanceID: running, Attempt: 1, Status: "STOPPING"})
+	hb = e.heartbeat("w", tok, hb.Gen, httpapi.InstanceReport{InstanceID: running, Attempt: 1, Status: "STOPPING"})
 	if st := e.instance(assigned).Status; st != "CANCELLED" {
 		t.Fatalf("never-started instance after ack: %s, want CANCELLED", st)
 	}
-	e.heartbeat("w", tok, hb.Gen, api.InstanceReport{InstanceID: running, Attempt: 1, Status: "CANCELLED", ExitCode: ip(-15)})
+	e.heartbeat("w", tok, hb.Gen, httpapi.InstanceReport{InstanceID: running, Attempt: 1, Status: "CANCELLED", ExitCode: ip(-15)})
 	in := e.instance(running)
 	if in.Status != "CANCELLED" || in.ExitCode == nil || *in.ExitCode != -15 {
 		t.Fatalf("running after stop: %+v", in)
@@ -437,15 +437,15 @@ func TestOfflineRescheduleAndFencing(t *testing.T) {
 	retry := e.submit(obj{"command": "r", "restart_policy": "on-failure", "target_worker": "w1"})
 	plain := e.submit(obj{"command": "p", "target_worker": "w1"})
 	e.schedule()
-	e.heartbeat("w1", tok1, 0, api.InstanceReport{InstanceID: retry, Attempt: 1, Status: "RUNNING", Port: ip(1)},
-		api.InstanceReport{InstanceID: plain, Attempt: 1, Status: "RUNNING", Port: ip(2)})
+	e.heartbeat("w1", tok1, 0, httpapi.InstanceReport{InstanceID: retry, Attempt: 1, Status: "RUNNING", Port: ip(1)},
+		httpapi.InstanceReport{InstanceID: plain, Attempt: 1, Status: "RUNNING", Port: ip(2)})
 	// An idle worker re-polls every PollTimeout: never SUSPECT.
 	for i := 0; i < 4; i++ {
 		e.clk.Advance(e.h.cfg.PollTimeout + 500*time.Millisecond)
 		if err := e.h.CheckLiveness(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		var w api.WorkerJSON
+		var w httpapi.WorkerJSON
 		e.do("GET", "/workers/w1", nil, &w)
 		if w.Status != "ONLINE" {
 			t.Fatalf("idle long-polling worker became %s", w.Status)
@@ -474,7 +474,7 @@ func TestOfflineRescheduleAndFencing(t *testing.T) {
 	if in := e.instance(retry); in.Status != "ASSIGNED" || in.Attempt != 2 {
 		t.Fatalf("rescheduled: %+v", in)
 	}
-	e.heartbeat("w1", tok1, 0, api.InstanceReport{InstanceID: retry, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
+	e.heartbeat("w1", tok1, 0, httpapi.InstanceReport{InstanceID: retry, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
 	if in := e.instance(retry); in.Status != "ASSIGNED" || in.Attempt != 2 {
 		t.Fatalf("stale attempt changed state: %+v", in)
 	}
@@ -504,14 +504,14 @@ func TestHeartbeatLongPoll(t *testing.T) {
 	tok := e.register("w", 0)
 	hb := e.heartbeat("w", tok, 0) // another epoch's generation: immediate
 	type result struct {
-		hb   api.HeartbeatResponse
+		hb   httpapi.HeartbeatResponse
 		code int
 	}
 	poll := func(gen int64) chan result {
 		ch := make(chan result, 1)
 		go func() {
-			var out api.HeartbeatResponse
-			code := e.do("POST", "/workers/w/heartbeat", api.HeartbeatRequest{WorkerToken: tok, BootID: "boot", LastSeenGen: gen}, &out)
+			var out httpapi.HeartbeatResponse
+			code := e.do("POST", "/workers/w/heartbeat", httpapi.HeartbeatRequest{WorkerToken: tok, BootID: "boot", LastSeenGen: gen}, &out)
 			ch <- result{out, code}
 		}()
 		return ch
@@ -668,12 +668,12 @@ func TestLogsProxy(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
-		json.NewEncoder(w).Encode(api.LogChunk{AvailableOffset: 10, TotalSize: 15, Content: "aGVsbG8=", Size: 5})
+		json.NewEncoder(w).Encode(httpapi.LogChunk{AvailableOffset: 10, TotalSize: 15, Content: "aGVsbG8=", Size: 5})
 	}))
 	defer logSrv.Close()
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(logSrv.URL, "http://"))
 	e := newEnv(t, func(c *Config) { c.Token, c.JoinToken = "admin", "join" })
-	var reg api.RegisterResponse
+	var reg httpapi.RegisterResponse
 	e.doAuth("POST", "/workers", "join", obj{"worker_id": "w", "host": host, "log_port": mustAtoi(t, port),
 		"resources": obj{"cpu_cores": 4}}, &reg)
 	id := e.submit(obj{"command": "x"})
@@ -682,7 +682,7 @@ func TestLogsProxy(t *testing.T) {
 		t.Fatalf("logs of pending: %d %v", code, out)
 	}
 	e.schedule()
-	var chunk api.LogChunk
+	var chunk httpapi.LogChunk
 	if code := e.do("GET", "/instances/"+id+"/logs?offset=10&limit=5", nil, &chunk); code != 200 ||
 		chunk.Content != "aGVsbG8=" || chunk.AvailableOffset != 10 || chunk.TotalSize != 15 {
 		t.Fatalf("logs: %d %+v", code, chunk)
@@ -823,11 +823,11 @@ func TestAttemptsRoute(t *testing.T) {
 	tok := e.register("w1", 0)
 	id := e.submit(obj{"command": "x", "restart_policy": "on-failure", "max_restarts": 1})
 	e.schedule()
-	e.heartbeat("w1", tok, -1, api.InstanceReport{InstanceID: id, Attempt: 1, Status: "FAILED", ExitCode: ip(2),
+	e.heartbeat("w1", tok, -1, httpapi.InstanceReport{InstanceID: id, Attempt: 1, Status: "FAILED", ExitCode: ip(2),
 		FailureReason: "exit status 2"})
 	e.schedule()
-	e.heartbeat("w1", tok, -1, api.InstanceReport{InstanceID: id, Attempt: 2, Status: "RUNNING"})
-	var as []api.AttemptJSON
+	e.heartbeat("w1", tok, -1, httpapi.InstanceReport{InstanceID: id, Attempt: 2, Status: "RUNNING"})
+	var as []httpapi.AttemptJSON
 	if code := e.do("GET", "/instances/"+id+"/attempts", nil, &as); code != 200 {
 		t.Fatalf("GET attempts: %d", code)
 	}
@@ -852,14 +852,14 @@ func TestListLimit(t *testing.T) {
 		ids = append(ids, e.submit(obj{"command": "x", "labels": obj{"odd": fmt.Sprint(i%2 == 1)}}))
 		e.clk.Advance(time.Second)
 	}
-	get := func(query string) ([]api.InstanceJSON, string) {
+	get := func(query string) ([]httpapi.InstanceJSON, string) {
 		t.Helper()
 		resp, err := e.srv.Client().Get(e.srv.URL + "/instances?" + query)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var out []api.InstanceJSON
+		var out []httpapi.InstanceJSON
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
 			t.Fatalf("GET /instances?%s: %d %v", query, resp.StatusCode, err)
 		}

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // History bounds: a pool keeps at most historyCap samples, and its cost in
@@ -52,7 +52,7 @@ func (c *changes) current() (int64, <-chan struct{}) {
 }
 
 // Watch returns the head's change version once it differs from since, or
-// the current one when maxWait passes or ctx ends first (api.Watcher).
+// the current one when maxWait passes or ctx ends first (httpapi.Watcher).
 func (h *Head) Watch(ctx context.Context, since int64, maxWait time.Duration) (int64, error) {
 	ver, ch := h.changes.current()
 	if ver != since {
@@ -72,7 +72,7 @@ func (h *Head) Watch(ctx context.Context, since int64, maxWait time.Duration) (i
 
 // poolHistory is one pool's bounded history.
 type poolHistory struct {
-	samples  []api.PoolSample // oldest first, at most historyCap
+	samples  []httpapi.PoolSample // oldest first, at most historyCap
 	seq      int64
 	lastSeen time.Time
 	// cost holds the cost accrued per minute over the last costWindow:
@@ -96,7 +96,7 @@ func newHistory() *history { return &history{pools: map[string]*poolHistory{}} }
 // record adds one sample per pool at now (when the pool changed, or
 // historyQuiet passed since its last sample) and accrues its cost since the
 // previous call. It reports whether a sample was added.
-func (hs *history) record(now time.Time, pools []api.PoolJSON, cost map[string]float64) bool {
+func (hs *history) record(now time.Time, pools []httpapi.PoolJSON, cost map[string]float64) bool {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	added := false
@@ -111,7 +111,7 @@ func (hs *history) record(now time.Time, pools []api.PoolJSON, cost map[string]f
 		}
 		ph.lastSeen = now
 		ph.accrue(now, cost[p.Name])
-		s := api.PoolSample{Time: now.UTC(), Desired: p.Desired, Ready: p.Ready, Pending: p.Pending, Draining: p.Draining,
+		s := httpapi.PoolSample{Time: now.UTC(), Desired: p.Desired, Ready: p.Ready, Pending: p.Pending, Draining: p.Draining,
 			Marked: p.Marked, Queued: p.Queued, Inflight: p.Inflight, CostPerHour: cost[p.Name]}
 		if n := len(ph.samples); n > 0 {
 			last := ph.samples[n-1]
@@ -183,19 +183,19 @@ func (ph *poolHistory) window() float64 {
 }
 
 // get returns the samples of pool (every pool when pool is nil) after since.
-func (hs *history) get(now time.Time, pool *string, since int64) []api.PoolHistoryJSON {
+func (hs *history) get(now time.Time, pool *string, since int64) []httpapi.PoolHistoryJSON {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	out := []api.PoolHistoryJSON{}
+	out := []httpapi.PoolHistoryJSON{}
 	for name, ph := range hs.pools {
 		if pool != nil && *pool != name {
 			continue
 		}
-		i, _ := slices.BinarySearchFunc(ph.samples, since+1, func(s api.PoolSample, seq int64) int {
+		i, _ := slices.BinarySearchFunc(ph.samples, since+1, func(s httpapi.PoolSample, seq int64) int {
 			return int(s.Seq - seq)
 		})
-		h := api.PoolHistoryJSON{Pool: name, CostPerHour: ph.costNow,
-			Samples: append([]api.PoolSample{}, ph.samples[i:]...)}
+		h := httpapi.PoolHistoryJSON{Pool: name, CostPerHour: ph.costNow,
+			Samples: append([]httpapi.PoolSample{}, ph.samples[i:]...)}
 		// The cost accrued up to now at the current rate, without moving
 		// the window (a read changes nothing).
 		h.CostLast24h = ph.window() + ph.costNow*max(now.Sub(ph.lastCost), 0).Hours()
@@ -207,7 +207,7 @@ func (hs *history) get(now time.Time, pool *string, since int64) []api.PoolHisto
 		}
 		out = append(out, h)
 	}
-	slices.SortFunc(out, func(a, b api.PoolHistoryJSON) int {
+	slices.SortFunc(out, func(a, b httpapi.PoolHistoryJSON) int {
 		switch {
 		case a.Pool < b.Pool:
 			return -1
@@ -221,8 +221,8 @@ func (hs *history) get(now time.Time, pool *string, since int64) []api.PoolHisto
 
 // PoolHistory returns the retained status samples of pool (of every pool
 // when pool is nil) with a sequence number above since, and each pool's
-// cost now and over the last 24 hours (api.HistorySource).
-func (h *Head) PoolHistory(ctx context.Context, pool *string, since int64) ([]api.PoolHistoryJSON, error) {
+// cost now and over the last 24 hours (httpapi.HistorySource).
+func (h *Head) PoolHistory(ctx context.Context, pool *string, since int64) ([]httpapi.PoolHistoryJSON, error) {
 	return h.history.get(h.clk.Now(), pool, since), nil
 }
 
@@ -232,7 +232,7 @@ func (h *Head) PoolHistory(ctx context.Context, pool *string, since int64) ([]ap
 // The history loop calls it every second; tests call it directly.
 func (h *Head) SampleHistory(ctx context.Context) error {
 	pressure := h.Pressure()
-	var pools []api.PoolJSON
+	var pools []httpapi.PoolJSON
 	cost := map[string]float64{}
 	seen := map[string]bool{}
 	for _, ps := range h.poolStatuses() {
@@ -240,7 +240,7 @@ func (h *Head) SampleHistory(ctx context.Context) error {
 			continue
 		}
 		seen[ps.Name] = true
-		p := api.PoolJSON{Name: ps.Name, Desired: ps.Desired, Ready: ps.Ready, Pending: ps.Pending, Draining: ps.Draining}
+		p := httpapi.PoolJSON{Name: ps.Name, Desired: ps.Desired, Ready: ps.Ready, Pending: ps.Pending, Draining: ps.Draining}
 		for _, m := range ps.Machines {
 			cost[ps.Name] += m.PricePerHour
 			if m.State == NodeMarked || !m.MarkedAt.IsZero() {
@@ -251,7 +251,7 @@ func (h *Head) SampleHistory(ctx context.Context) error {
 	}
 	for name, pr := range pressure {
 		if !seen[name] { // a pool only the head sees: its schedulable workers
-			pools = append(pools, api.PoolJSON{Name: name, Ready: len(pr.Nodes)})
+			pools = append(pools, httpapi.PoolJSON{Name: name, Ready: len(pr.Nodes)})
 		}
 	}
 	for i := range pools {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // TestHistoryIsBounded: a pool that changes every second keeps at most
@@ -18,7 +18,7 @@ func TestHistoryIsBounded(t *testing.T) {
 	n := 30 * 3600
 	for i := range n {
 		now := t0.Add(time.Duration(i) * time.Second)
-		hs.record(now, []api.PoolJSON{{Name: "p", Desired: i % 7, Queued: i}}, map[string]float64{"p": 2})
+		hs.record(now, []httpapi.PoolJSON{{Name: "p", Desired: i % 7, Queued: i}}, map[string]float64{"p": 2})
 	}
 	now := t0.Add(time.Duration(n-1) * time.Second)
 	got := hs.get(now, nil, 0)
@@ -50,7 +50,7 @@ func TestHistoryQuietPool(t *testing.T) {
 	hs := newHistory()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 600 {
-		hs.record(t0.Add(time.Duration(i)*time.Second), []api.PoolJSON{{Name: "p", Ready: 1}}, nil)
+		hs.record(t0.Add(time.Duration(i)*time.Second), []httpapi.PoolJSON{{Name: "p", Ready: 1}}, nil)
 	}
 	if got := len(hs.get(t0, nil, 0)[0].Samples); got != 20 {
 		t.Errorf("%d samples over 10 quiet minutes, want 20 (one per %s)", got, historyQuiet)

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/store"
 )
@@ -114,7 +114,7 @@ func (h *Head) serveBootstrap(w http.ResponseWriter, r *http.Request) {
 	}
 	blob, err := h.MintBootstrap(r.Context(), req.Pool, req.Machine, url)
 	if err != nil {
-		var ae *api.Error
+		var ae *httpapi.Error
 		if errors.As(err, &ae) {
 			fail(ae.Code, ae.Detail)
 			return

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 
@@ -22,7 +22,7 @@ func lostRunning(t *testing.T) (e *env, inst, tok1, tok2 string) {
 	if n := e.schedule(); n != 1 {
 		t.Fatalf("placed %d, want 1", n)
 	}
-	e.heartbeat("w1", tok1, 0, api.InstanceReport{InstanceID: inst, Attempt: 1, Status: "RUNNING", Port: ip(1)})
+	e.heartbeat("w1", tok1, 0, httpapi.InstanceReport{InstanceID: inst, Attempt: 1, Status: "RUNNING", Port: ip(1)})
 	tok2 = e.register("w2", 0)
 	e.clk.Advance(e.h.cfg.OfflineAfter + time.Second)
 	e.heartbeat("w2", tok2, 0)
@@ -61,7 +61,7 @@ func eventsOf(t *testing.T, e *env, reason string) []Event {
 func TestLateCompletionAccepted(t *testing.T) {
 	e, inst, tok1, tok2 := lostRunning(t)
 	e.clk.Advance(5 * time.Second)
-	resp := e.heartbeat("w1", tok1, 0, api.InstanceReport{InstanceID: inst, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
+	resp := e.heartbeat("w1", tok1, 0, httpapi.InstanceReport{InstanceID: inst, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
 	for _, d := range resp.DesiredInstances {
 		if d.InstanceID == inst {
 			t.Fatalf("w1 is asked to run the late-completed instance: %+v", d)
@@ -70,7 +70,7 @@ func TestLateCompletionAccepted(t *testing.T) {
 	in := e.instance(inst)
 	if in.Status != "COMPLETED" || in.Attempt != 1 || in.Restarts != 0 || in.ExitCode == nil || *in.ExitCode != 0 ||
 		in.NotBefore != nil || in.WaitingReason != "" || in.EndedAt == nil ||
-		*in.EndedAt != e.clk.Now().UTC().Format(api.TimeFormat) || in.AssignedTo == nil || *in.AssignedTo != "w1" {
+		*in.EndedAt != e.clk.Now().UTC().Format(httpapi.TimeFormat) || in.AssignedTo == nil || *in.AssignedTo != "w1" {
 		t.Fatalf("after the late completion: %+v", in)
 	}
 	if v := counterValue(t, e.h.m.late); v != 1 {
@@ -84,7 +84,7 @@ func TestLateCompletionAccepted(t *testing.T) {
 	}
 
 	// The worker reports the exited process once more before it forgets it.
-	e.heartbeat("w1", tok1, 0, api.InstanceReport{InstanceID: inst, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
+	e.heartbeat("w1", tok1, 0, httpapi.InstanceReport{InstanceID: inst, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
 	if v := counterValue(t, e.h.m.late); v != 1 || len(eventsOf(t, e, ReasonLateCompletion)) != 1 {
 		t.Fatalf("a repeated report counted again: %v", v)
 	}
@@ -109,7 +109,7 @@ func TestLateCompletionAfterReplacement(t *testing.T) {
 	if n := e.schedule(); n != 1 {
 		t.Fatalf("placed %d at the hold's end, want 1", n)
 	}
-	e.heartbeat("w1", tok1, 0, api.InstanceReport{InstanceID: inst, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
+	e.heartbeat("w1", tok1, 0, httpapi.InstanceReport{InstanceID: inst, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
 	in := e.instance(inst)
 	if in.Status != "ASSIGNED" || in.Attempt != 2 || in.AssignedTo == nil || *in.AssignedTo != "w2" || in.Restarts != 1 {
 		t.Fatalf("re-placed instance after w1's stale report: %+v", in)
@@ -123,7 +123,7 @@ func TestLateCompletionAfterReplacement(t *testing.T) {
 // requeue stands as its restart policy says (PENDING, held by w1).
 func TestLateFailureKeepsRequeue(t *testing.T) {
 	e, inst, tok1, _ := lostRunning(t)
-	e.heartbeat("w1", tok1, 0, api.InstanceReport{InstanceID: inst, Attempt: 1, Status: "FAILED", ExitCode: ip(1),
+	e.heartbeat("w1", tok1, 0, httpapi.InstanceReport{InstanceID: inst, Attempt: 1, Status: "FAILED", ExitCode: ip(1),
 		FailureReason: "boom"})
 	in := e.instance(inst)
 	if in.Status != "PENDING" || in.Attempt != 1 || in.Restarts != 1 || in.NotBefore == nil ||

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // stepClock is a fake wall clock that the test can step, over a fake
@@ -22,7 +22,7 @@ func (c *stepClock) Now() time.Time         { return c.Fake.Now().Add(time.Durat
 func (c *stepClock) Elapsed() time.Duration { return c.Fake.Now().Sub(start) }
 func (c *stepClock) step(d time.Duration)   { c.off.Add(int64(d)) }
 func (e *env) status(id string) string {
-	var w api.WorkerJSON
+	var w httpapi.WorkerJSON
 	e.do("GET", "/workers/"+id, nil, &w)
 	return w.Status
 }

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 
@@ -51,6 +51,8 @@ type PoolStatus struct {
 	// that no pool can ever fit are told so (WaitingReason).
 	Offerings []capacity.Offering
 	Selector  map[string]string
+	// Fleet is set for a pool whose machines come from the fleet tier.
+	Fleet *httpapi.FleetPoolJSON
 }
 
 // MachineStatus is one node of an autoscaled pool.
@@ -170,8 +172,8 @@ func workerState(w *store.Worker) string {
 
 // node renders one node: ns is nil for a worker no autoscaler knows, w is
 // nil for a managed node whose worker has not registered.
-func (v *fleetView) node(pool string, ns *MachineStatus, w *store.Worker) api.NodeJSON {
-	out := api.NodeJSON{Pool: pool}
+func (v *fleetView) node(pool string, ns *MachineStatus, w *store.Worker) httpapi.NodeJSON {
+	out := httpapi.NodeJSON{Pool: pool}
 	if ns != nil {
 		out.Managed = true
 		out.ID = ns.ID
@@ -188,7 +190,7 @@ func (v *fleetView) node(pool string, ns *MachineStatus, w *store.Worker) api.No
 				out.State = NodeReady
 			}
 		}
-		out.TotalResources = api.ResourcesFrom(ns.Resources)
+		out.TotalResources = httpapi.ResourcesFrom(ns.Resources)
 		out.CreatedAt, out.MarkedAt = ns.CreatedAt.UTC(), ns.MarkedAt.UTC()
 	}
 	if w != nil {
@@ -196,7 +198,7 @@ func (v *fleetView) node(pool string, ns *MachineStatus, w *store.Worker) api.No
 			out.ID, out.Ordinal, out.State = w.ID, w.Ordinal, workerState(w)
 		}
 		out.WorkerStatus, out.Host, out.Cordoned, out.Labels = string(w.Status), w.Host, w.Cordoned(), w.Labels
-		out.TotalResources, out.UsedResources = api.ResourcesFrom(w.Capacity), api.ResourcesFrom(v.used(w))
+		out.TotalResources, out.UsedResources = httpapi.ResourcesFrom(w.Capacity), httpapi.ResourcesFrom(v.used(w))
 		if u := v.use[w.ID]; u != nil {
 			out.Instances, out.Daemons = u.instances, u.daemons
 		}
@@ -212,15 +214,15 @@ func (v *fleetView) node(pool string, ns *MachineStatus, w *store.Worker) api.No
 // assemble merges the autoscalers' pools with the head's view: managed
 // pools first in the order given, then the other pools of workers and of
 // the pressure report by name. Each node is listed once, under its pool.
-func (h *Head) assemble(ctx context.Context) ([]api.PoolJSON, [][]api.NodeJSON, error) {
+func (h *Head) assemble(ctx context.Context) ([]httpapi.PoolJSON, [][]httpapi.NodeJSON, error) {
 	v, err := h.fleetView(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	statuses := h.poolStatuses()
 	var (
-		pools []api.PoolJSON
-		nodes [][]api.NodeJSON
+		pools []httpapi.PoolJSON
+		nodes [][]httpapi.NodeJSON
 		index = map[string]int{}
 		seen  = map[string]bool{}
 	)
@@ -230,14 +232,14 @@ func (h *Head) assemble(ctx context.Context) ([]api.PoolJSON, [][]api.NodeJSON, 
 			continue
 		}
 		index[ps.Name] = len(pools)
-		p := api.PoolJSON{Name: ps.Name, Managed: true, Provider: ps.Provider, Policy: ps.Policy,
-			NodeSpec: &api.NodeSpecJSON{Min: ps.Nodes.Min, Desired: ps.Nodes.Desired, Max: ps.Nodes.Max, Elastic: ps.Nodes.Elastic},
-			Desired:  ps.Desired, Ready: ps.Ready, Pending: ps.Pending, Draining: ps.Draining}
+		p := httpapi.PoolJSON{Name: ps.Name, Managed: true, Provider: ps.Provider, Policy: ps.Policy,
+			NodeSpec: &httpapi.NodeSpecJSON{Min: ps.Nodes.Min, Desired: ps.Nodes.Desired, Max: ps.Nodes.Max, Elastic: ps.Nodes.Elastic},
+			Desired:  ps.Desired, Ready: ps.Ready, Pending: ps.Pending, Draining: ps.Draining, Fleet: ps.Fleet}
 		if ps.Reason != "" || !ps.DecidedAt.IsZero() {
-			p.LastDecision = &api.DecisionJSON{Reason: ps.Reason, Time: ps.DecidedAt.UTC(),
+			p.LastDecision = &httpapi.DecisionJSON{Reason: ps.Reason, Time: ps.DecidedAt.UTC(),
 				AgeSeconds: seconds(v.now, ps.DecidedAt)}
 		}
-		var ns []api.NodeJSON
+		var ns []httpapi.NodeJSON
 		for j := range ps.Machines {
 			n := &ps.Machines[j]
 			name := n.ID
@@ -285,7 +287,7 @@ func (h *Head) assemble(ctx context.Context) ([]api.PoolJSON, [][]api.NodeJSON, 
 			return i
 		}
 		index[name] = len(pools)
-		pools = append(pools, api.PoolJSON{Name: name})
+		pools = append(pools, httpapi.PoolJSON{Name: name})
 		nodes = append(nodes, nil)
 		return len(pools) - 1
 	}
@@ -300,8 +302,8 @@ func (h *Head) assemble(ctx context.Context) ([]api.PoolJSON, [][]api.NodeJSON, 
 		}
 		p := &pools[i]
 		p.Workers++
-		p.TotalResources = addOut(p.TotalResources, api.ResourcesFrom(w.Capacity))
-		p.UsedResources = addOut(p.UsedResources, api.ResourcesFrom(v.used(w)))
+		p.TotalResources = addOut(p.TotalResources, httpapi.ResourcesFrom(w.Capacity))
+		p.UsedResources = addOut(p.UsedResources, httpapi.ResourcesFrom(v.used(w)))
 		if !p.Managed {
 			if w.Cordoned() {
 				p.Draining++
@@ -328,7 +330,7 @@ func (h *Head) assemble(ctx context.Context) ([]api.PoolJSON, [][]api.NodeJSON, 
 		outP, outN = append(outP, pools[i]), append(outN, nodes[i])
 	}
 	for _, ns := range outN {
-		slices.SortStableFunc(ns, func(a, b api.NodeJSON) int {
+		slices.SortStableFunc(ns, func(a, b httpapi.NodeJSON) int {
 			if a.Managed != b.Managed {
 				if a.Managed {
 					return -1
@@ -344,15 +346,15 @@ func (h *Head) assemble(ctx context.Context) ([]api.PoolJSON, [][]api.NodeJSON, 
 	return outP, outN, nil
 }
 
-func addOut(a, b api.ResourcesOut) api.ResourcesOut {
-	return api.ResourcesOut{CPUCores: a.CPUCores + b.CPUCores, GPUUnits: a.GPUUnits + b.GPUUnits, MemoryMB: a.MemoryMB + b.MemoryMB}
+func addOut(a, b httpapi.ResourcesOut) httpapi.ResourcesOut {
+	return httpapi.ResourcesOut{CPUCores: a.CPUCores + b.CPUCores, GPUUnits: a.GPUUnits + b.GPUUnits, MemoryMB: a.MemoryMB + b.MemoryMB}
 }
 
 // Pools lists every pool: the autoscaled ones (Config.PoolStatus) merged
 // with the head's workers and last pressure report, then the pools that
 // only the head knows (workers that joined by themselves, or queued
 // instances no pool serves).
-func (h *Head) Pools(ctx context.Context) ([]api.PoolJSON, error) {
+func (h *Head) Pools(ctx context.Context) ([]httpapi.PoolJSON, error) {
 	pools, _, err := h.assemble(ctx)
 	return pools, err
 }
@@ -360,12 +362,12 @@ func (h *Head) Pools(ctx context.Context) ([]api.PoolJSON, error) {
 // Nodes lists the nodes of pool (of every pool when pool is nil): each
 // autoscaled node merged with the worker of its name, then the workers no
 // autoscaler lists.
-func (h *Head) Nodes(ctx context.Context, pool *string) ([]api.NodeJSON, error) {
+func (h *Head) Nodes(ctx context.Context, pool *string) ([]httpapi.NodeJSON, error) {
 	pools, nodes, err := h.assemble(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []api.NodeJSON{}
+	out := []httpapi.NodeJSON{}
 	for i := range pools {
 		if pool == nil || pools[i].Name == *pool {
 			out = append(out, nodes[i]...)

@@ -21,20 +21,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 type pollResult struct {
-	hb   api.HeartbeatResponse
+	hb   httpapi.HeartbeatResponse
 	code int
 	err  error
 }
 
 // pollAsync sends a heartbeat that the head may hold; the answer arrives on
 // the returned channel. It never calls t.Fatal off the test goroutine.
-func (e *env) pollAsync(id, tok string, gen int64, reps ...api.InstanceReport) <-chan pollResult {
+func (e *env) pollAsync(id, tok string, gen int64, reps ...httpapi.InstanceReport) <-chan pollResult {
 	ch := make(chan pollResult, 1)
-	body, err := json.Marshal(api.HeartbeatRequest{WorkerToken: tok, BootID: "boot", LastSeenGen: gen, Instances: reps})
+	body, err := json.Marshal(httpapi.HeartbeatRequest{WorkerToken: tok, BootID: "boot", LastSeenGen: gen, Instances: reps})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func (e *env) pollAsync(id, tok string, gen int64, reps ...api.InstanceReport) <
 // heartbeatNow sends a heartbeat that the head must answer without holding
 // it, because it changed the worker's desired set or the worker is behind.
 // If the head holds it instead, the test fails (after releasing the poll).
-func (e *env) heartbeatNow(id, tok string, gen int64, reps ...api.InstanceReport) api.HeartbeatResponse {
+func (e *env) heartbeatNow(id, tok string, gen int64, reps ...httpapi.InstanceReport) httpapi.HeartbeatResponse {
 	e.t.Helper()
 	ch := e.pollAsync(id, tok, gen, reps...)
 	select {
@@ -70,13 +70,13 @@ func (e *env) heartbeatNow(id, tok string, gen int64, reps ...api.InstanceReport
 		e.clk.Advance(e.h.cfg.PollTimeout) // release the held poll before failing
 		<-ch
 		e.t.Fatalf("heartbeat %s at gen %d was held: the head saw no change", id, gen)
-		return api.HeartbeatResponse{}
+		return httpapi.HeartbeatResponse{}
 	}
 }
 
-func (e *env) workerStatus(id string) api.WorkerJSON {
+func (e *env) workerStatus(id string) httpapi.WorkerJSON {
 	e.t.Helper()
-	var w api.WorkerJSON
+	var w httpapi.WorkerJSON
 	if code := e.do("GET", "/workers/"+id, nil, &w); code != 200 {
 		e.t.Fatalf("GET /workers/%s: %d", id, code)
 	}
@@ -98,8 +98,8 @@ func (e *env) cancel(id string) {
 	}
 }
 
-func running(id string, port int) api.InstanceReport {
-	return api.InstanceReport{InstanceID: id, Attempt: 1, Status: "RUNNING", Port: ip(port)}
+func running(id string, port int) httpapi.InstanceReport {
+	return httpapi.InstanceReport{InstanceID: id, Attempt: 1, Status: "RUNNING", Port: ip(port)}
 }
 
 // TestPyLetA14_1_IdleLongPollingWorkerNeverFlaps is A14.1. PyLet's SUSPECT
@@ -279,7 +279,7 @@ func TestPyLetA14_4_LostInstancesRecoverAndOfflineWorkersAreDeleted(t *testing.T
 	// report for the lost attempt of retry changes nothing.
 	tok1 = e.register("w1", 0)
 	e.heartbeat("w1", tok1, 0, running(plain, 2),
-		api.InstanceReport{InstanceID: retry, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
+		httpapi.InstanceReport{InstanceID: retry, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
 	if in := e.instance(plain); in.Status != "RUNNING" || in.Attempt != 1 {
 		t.Fatalf("UNKNOWN instance after its worker returned: %+v", in)
 	}
@@ -292,7 +292,7 @@ func TestPyLetA14_4_LostInstancesRecoverAndOfflineWorkersAreDeleted(t *testing.T
 	if code := e.do("DELETE", "/workers?status=OFFLINE", nil, &out); code != 200 || !slices.Equal(out.Deleted, []string{"w3"}) {
 		t.Fatalf("DELETE /workers?status=OFFLINE: %d %+v", code, out)
 	}
-	var ws []api.WorkerJSON
+	var ws []httpapi.WorkerJSON
 	e.do("GET", "/workers", nil, &ws)
 	var names []string
 	for _, w := range ws {
@@ -336,14 +336,14 @@ func TestPyLetA14_7_WorkersReportWhatIsLeft(t *testing.T) {
 		t.Fatalf("big is %s, want PENDING", st)
 	}
 	w := e.workerStatus("w")
-	want := api.ResourcesOut{CPUCores: 5, MemoryMB: 16384 - 4096 - 1024, GPUUnits: 1}
+	want := httpapi.ResourcesOut{CPUCores: 5, MemoryMB: 16384 - 4096 - 1024, GPUUnits: 1}
 	if w.AvailableResources != want || !slices.Equal(w.AvailableGPUIndices, []int{1}) ||
-		w.TotalResources != (api.ResourcesOut{CPUCores: 8, MemoryMB: 16384, GPUUnits: 2}) {
+		w.TotalResources != (httpapi.ResourcesOut{CPUCores: 8, MemoryMB: 16384, GPUUnits: 2}) {
 		t.Fatalf("worker view %+v, want available %+v and GPU indices [1]", w, want)
 	}
-	e.heartbeat("w", tok, 0, api.InstanceReport{InstanceID: ex, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
+	e.heartbeat("w", tok, 0, httpapi.InstanceReport{InstanceID: ex, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
 	w = e.workerStatus("w")
-	want = api.ResourcesOut{CPUCores: 7, MemoryMB: 16384 - 1024, GPUUnits: 2}
+	want = httpapi.ResourcesOut{CPUCores: 7, MemoryMB: 16384 - 1024, GPUUnits: 2}
 	if w.AvailableResources != want || !slices.Equal(w.AvailableGPUIndices, []int{0, 1}) {
 		t.Fatalf("after ex ended: %+v, want available %+v", w.AvailableResources, want)
 	}
@@ -378,7 +378,7 @@ func TestPyLetA14_9_LabelFiltersAndNames(t *testing.T) {
 		{label("$.app", "x"), nil},
 	}
 	for _, tc := range tests {
-		var list []api.InstanceJSON
+		var list []httpapi.InstanceJSON
 		if code := e.do("GET", "/instances?"+tc.query, nil, &list); code != 200 {
 			t.Fatalf("GET /instances?%s: %d", tc.query, code)
 		}
@@ -406,7 +406,7 @@ func TestPyLetA14_9_LabelFiltersAndNames(t *testing.T) {
 		t.Fatalf("delete by name: %d %v", code, out)
 	}
 	second := e.submit(obj{"command": "x", "name": "svc"})
-	var byName api.InstanceJSON
+	var byName httpapi.InstanceJSON
 	if code := e.do("GET", "/instances/by-name/svc", nil, &byName); code != 200 || byName.InstanceID != second || second == first {
 		t.Fatalf("reused name resolves to %q (%d), want %q", byName.InstanceID, code, second)
 	}

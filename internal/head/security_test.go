@@ -18,8 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/store"
 )
@@ -119,7 +119,7 @@ func newSecEnv(t *testing.T, bodyTimeout time.Duration, mods ...func(*Config)) *
 
 func (e *secEnv) register(t *testing.T, id string) string {
 	t.Helper()
-	var out api.RegisterResponse
+	var out httpapi.RegisterResponse
 	body := fmt.Sprintf(`{"worker_id":%q,"host":"10.0.0.1","resources":{"cpu_cores":8,"gpu_units":1,"memory_mb":1024},"boot_id":"b"}`, id)
 	if code := e.send(t, "POST", "/workers", secJoin, body, &out); code != 200 {
 		t.Fatalf("register %s: %d", id, code)
@@ -418,7 +418,7 @@ func testSlowBodies(t *testing.T, mods ...func(*Config)) {
 func TestSecurityLongPollSurvivesBodyTimeout(t *testing.T) {
 	e := newSecEnv(t, 200*time.Millisecond)
 	body := fmt.Sprintf(`{"worker_token":%q,"boot_id":"b","last_seen_gen":0,"instances":[]}`, e.workerTk)
-	var out api.HeartbeatResponse
+	var out httpapi.HeartbeatResponse
 	if code := e.send(t, "POST", "/workers/w1/heartbeat", "", body, &out); code != 200 {
 		t.Fatalf("heartbeat: %d", code)
 	}

@@ -12,13 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/controller"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // poolEnv is a head env with one pool "p" whose controller drives a
@@ -119,7 +119,7 @@ func (e *poolEnv) lostWorker() (machine, inst, tok2 string, notBefore time.Time)
 	if n := e.schedule(); n != 1 {
 		e.t.Fatalf("placed %d, want 1", n)
 	}
-	e.heartbeat(machine, tok, 0, api.InstanceReport{InstanceID: inst, Attempt: 1, Status: "RUNNING", Port: ip(1)})
+	e.heartbeat(machine, tok, 0, httpapi.InstanceReport{InstanceID: inst, Attempt: 1, Status: "RUNNING", Port: ip(1)})
 	tok2 = e.registerIn("w2", "p")
 
 	// The machine's worker goes silent (a partition, a hung host): OFFLINE.
@@ -130,7 +130,7 @@ func (e *poolEnv) lostWorker() (machine, inst, tok2 string, notBefore time.Time)
 	if in.Status != "PENDING" || in.NotBefore == nil || !strings.Contains(in.WaitingReason, "held until") {
 		e.t.Fatalf("requeued from the OFFLINE worker: %s, not before %v, waiting %q", in.Status, in.NotBefore, in.WaitingReason)
 	}
-	notBefore, err := time.Parse(api.TimeFormat, *in.NotBefore)
+	notBefore, err := time.Parse(httpapi.TimeFormat, *in.NotBefore)
 	if err != nil {
 		e.t.Fatal(err)
 	}

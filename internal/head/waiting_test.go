@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
 )
 
@@ -118,7 +118,7 @@ func TestWaitingWorkSaysWhy(t *testing.T) {
 	if in := e.instance(big); in.WaitingReason != want {
 		t.Fatalf("waiting_reason %q, want %q", in.WaitingReason, want)
 	}
-	var list []api.InstanceJSON
+	var list []httpapi.InstanceJSON
 	if code := e.do("GET", "/instances", nil, &list); code != 200 || len(list) != 2 {
 		t.Fatalf("list: %d %d", code, len(list))
 	}
@@ -171,14 +171,14 @@ func TestPoolCountsAreConsistent(t *testing.T) {
 				{Ordinal: 2, MachineID: "local-2", State: NodePending}, // not joined
 			}}}
 	})
-	var pools []api.PoolJSON
+	var pools []httpapi.PoolJSON
 	if code := e.do("GET", "/pools", nil, &pools); code != 200 || len(pools) != 1 {
 		t.Fatalf("GET /pools: %d %+v", code, pools)
 	}
 	if p := pools[0]; p.Ready != 1 || p.Pending != 1 || p.Draining != 1 {
 		t.Fatalf("ready %d pending %d draining %d, want 1 1 1", p.Ready, p.Pending, p.Draining)
 	}
-	var nodes []api.NodeJSON
+	var nodes []httpapi.NodeJSON
 	e.do("GET", "/nodes", nil, &nodes)
 	if len(nodes) != 3 || nodes[0].State != NodeReady || nodes[1].State != NodeDraining || nodes[2].State != NodePending {
 		t.Fatalf("nodes %+v", nodes)

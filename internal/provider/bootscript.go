@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	sdk "github.com/tide-project/tide/sdk/provider"
 )
 
 // Boot script formats BootScript renders.
@@ -56,7 +58,7 @@ exec %s
 // rendered (either format), unparsed: ParseBootstrap decodes it.
 func BootScriptBlob(script []byte) ([]byte, error) {
 	sc := bufio.NewScanner(bytes.NewReader(script))
-	sc.Buffer(nil, 2*MaxBootstrapSize)
+	sc.Buffer(nil, 2*sdk.MaxBootstrapSize)
 	next := false
 	for sc.Scan() {
 		line := sc.Text()

@@ -14,17 +14,15 @@ import (
 	"net/url"
 	"strings"
 	"unicode"
+
+	sdk "github.com/tide-project/tide/sdk/provider"
 )
 
 // BootstrapVersion is the version of the Bootstrap wire form this package writes.
 const BootstrapVersion = 1
 
-// MaxBootstrapSize bounds an encoded Bootstrap, in bytes (cloud user-data
-// limits are around 16 KiB).
-const MaxBootstrapSize = 16 << 10
-
 // Field limits of a Bootstrap, in bytes; with them an encoded blob always
-// fits in MaxBootstrapSize.
+// fits in sdk.MaxBootstrapSize.
 const (
 	maxBootstrapHead  = 2048
 	maxBootstrapToken = 4096
@@ -106,12 +104,12 @@ func (b Bootstrap) Validate() error {
 		}
 	}
 	if b.Pool != "" {
-		if err := validName("pool", b.Pool); err != nil {
+		if err := sdk.ValidName("pool", b.Pool); err != nil {
 			errs = append(errs, fmt.Errorf("bootstrap %w", err))
 		}
 	}
 	if b.Machine != "" {
-		if err := validName("machine", b.Machine); err != nil {
+		if err := sdk.ValidName("machine", b.Machine); err != nil {
 			errs = append(errs, fmt.Errorf("bootstrap %w", err))
 		}
 	}
@@ -140,8 +138,8 @@ func (b Bootstrap) Marshal() ([]byte, error) {
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	if len(out) > MaxBootstrapSize {
-		return nil, fmt.Errorf("bootstrap: encoded size %d exceeds %d bytes", len(out), MaxBootstrapSize)
+	if len(out) > sdk.MaxBootstrapSize {
+		return nil, fmt.Errorf("bootstrap: encoded size %d exceeds %d bytes", len(out), sdk.MaxBootstrapSize)
 	}
 	return out, nil
 }
@@ -150,8 +148,8 @@ func (b Bootstrap) Marshal() ([]byte, error) {
 // Unknown fields, other versions, trailing data and oversized blobs are
 // errors that name what is wrong.
 func ParseBootstrap(data []byte) (Bootstrap, error) {
-	if len(data) > MaxBootstrapSize {
-		return Bootstrap{}, fmt.Errorf("bootstrap: size %d exceeds %d bytes", len(data), MaxBootstrapSize)
+	if len(data) > sdk.MaxBootstrapSize {
+		return Bootstrap{}, fmt.Errorf("bootstrap: size %d exceeds %d bytes", len(data), sdk.MaxBootstrapSize)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -186,7 +184,7 @@ const NodeJoinKind = "tide.dev/node-join"
 // object whose kind is NodeJoinKind. Its fields are the node agent's to
 // check.
 func IsNodeJoin(blob []byte) bool {
-	if len(blob) > MaxBootstrapSize {
+	if len(blob) > sdk.MaxBootstrapSize {
 		return false
 	}
 	var k struct {

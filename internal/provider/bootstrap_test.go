@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	sdk "github.com/tide-project/tide/sdk/provider"
 )
 
 func TestBootstrapRoundTrip(t *testing.T) {
@@ -45,7 +47,7 @@ func TestParseBootstrapErrors(t *testing.T) {
 		{"trailing", `{"version":1,"head":"https://h","token":"t"} {}`, "trailing data"},
 		{"trailing brace", `{"version":1,"head":"https://h","token":"t"}}`, "trailing data"},
 		{"token too long", `{"version":1,"head":"https://h","token":"` + strings.Repeat("a", 5000) + `"}`, "bootstrap token: 5000 bytes"},
-		{"too big", `{"version":1,"head":"https://h","token":"` + strings.Repeat("a", MaxBootstrapSize) + `"}`, "exceeds"},
+		{"too big", `{"version":1,"head":"https://h","token":"` + strings.Repeat("a", sdk.MaxBootstrapSize) + `"}`, "exceeds"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

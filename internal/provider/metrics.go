@@ -6,16 +6,17 @@ import (
 	"fmt"
 	"time"
 
+	sdk "github.com/tide-project/tide/sdk/provider"
+
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
 )
 
-// Op names a Provider method, as a metric label and in call logs.
+// Op names a sdk.Provider method, as a metric label and in call logs.
 type Op string
 
-// The operations of a Provider.
+// The operations of a sdk.Provider.
 const (
 	OpOfferings Op = "offerings"
 	OpCreate    Op = "create"
@@ -58,12 +59,12 @@ func WithClock(clk clock.Clock) InstrumentOption {
 // Instrument wraps p so that every call records its latency in the histogram
 // tide_provider_operation_duration_seconds{provider, operation} and every
 // failed call increments tide_provider_operation_errors_total{provider,
-// operation, error}, where error is Kind(err). The metrics are registered on
+// operation, error}, where error is sdk.Kind(err). The metrics are registered on
 // reg (nil: not registered); wrapping several providers on one registry
 // shares the collectors. Instrument panics if reg already holds different
 // metrics under these names, a programming error like
 // prometheus.MustRegister's. The wrapper adds no behaviour of its own.
-func Instrument(p Provider, reg prometheus.Registerer, opts ...InstrumentOption) Provider {
+func Instrument(p sdk.Provider, reg prometheus.Registerer, opts ...InstrumentOption) sdk.Provider {
 	cfg := instrumentConfig{name: "default", clock: clock.Real{}}
 	for _, o := range opts {
 		o(&cfg)
@@ -104,64 +105,64 @@ func registerShared[T prometheus.Collector](reg prometheus.Registerer, c T) T {
 }
 
 type instrumented struct {
-	next     Provider
+	next     sdk.Provider
 	clock    clock.Clock
 	duration map[Op]prometheus.Observer
 	errs     *prometheus.CounterVec
 }
 
-var _ Provider = (*instrumented)(nil)
+var _ sdk.Provider = (*instrumented)(nil)
 
 func (m *instrumented) record(op Op, start time.Time, err error) {
 	m.duration[op].Observe(m.clock.Now().Sub(start).Seconds())
 	if err != nil {
-		m.errs.WithLabelValues(string(op), Kind(err)).Inc()
+		m.errs.WithLabelValues(string(op), sdk.Kind(err)).Inc()
 	}
 }
 
-func (m *instrumented) Offerings(ctx context.Context) ([]capacity.Offering, error) {
+func (m *instrumented) Offerings(ctx context.Context) ([]sdk.Offering, error) {
 	start := m.clock.Now()
 	out, err := m.next.Offerings(ctx)
 	m.record(OpOfferings, start, err)
 	return out, err
 }
 
-func (m *instrumented) Create(ctx context.Context, req CreateRequest) (Ack, error) {
+func (m *instrumented) Create(ctx context.Context, req sdk.CreateRequest) (sdk.Ack, error) {
 	start := m.clock.Now()
 	ack, err := m.next.Create(ctx, req)
 	m.record(OpCreate, start, err)
 	return ack, err
 }
 
-func (m *instrumented) Configure(ctx context.Context, req ConfigureRequest) (Ack, error) {
+func (m *instrumented) Configure(ctx context.Context, req sdk.ConfigureRequest) (sdk.Ack, error) {
 	start := m.clock.Now()
 	ack, err := m.next.Configure(ctx, req)
 	m.record(OpConfigure, start, err)
 	return ack, err
 }
 
-func (m *instrumented) Drain(ctx context.Context, req DrainRequest) (Ack, error) {
+func (m *instrumented) Drain(ctx context.Context, req sdk.DrainRequest) (sdk.Ack, error) {
 	start := m.clock.Now()
 	ack, err := m.next.Drain(ctx, req)
 	m.record(OpDrain, start, err)
 	return ack, err
 }
 
-func (m *instrumented) Delete(ctx context.Context, req DeleteRequest) (Ack, error) {
+func (m *instrumented) Delete(ctx context.Context, req sdk.DeleteRequest) (sdk.Ack, error) {
 	start := m.clock.Now()
 	ack, err := m.next.Delete(ctx, req)
 	m.record(OpDelete, start, err)
 	return ack, err
 }
 
-func (m *instrumented) Get(ctx context.Context, id string) (Machine, error) {
+func (m *instrumented) Get(ctx context.Context, id string) (sdk.Machine, error) {
 	start := m.clock.Now()
 	out, err := m.next.Get(ctx, id)
 	m.record(OpGet, start, err)
 	return out, err
 }
 
-func (m *instrumented) List(ctx context.Context, f Filter) ([]Machine, error) {
+func (m *instrumented) List(ctx context.Context, f sdk.Filter) ([]sdk.Machine, error) {
 	start := m.clock.Now()
 	out, err := m.next.List(ctx, f)
 	m.record(OpList, start, err)

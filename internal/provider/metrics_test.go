@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/tide-project/tide/sdk/provider"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
 )
 
-// timedStub is a Provider whose calls take a fixed fake-clock time and fail
+// timedStub is a sdk.Provider whose calls take a fixed fake-clock time and fail
 // with a scripted error.
 type timedStub struct {
 	clk  *clock.Fake
@@ -24,23 +25,23 @@ type timedStub struct {
 
 func (s *timedStub) step() error { s.clk.Advance(s.took); return s.err }
 
-func (s *timedStub) Offerings(context.Context) ([]capacity.Offering, error) { return nil, s.step() }
-func (s *timedStub) Create(_ context.Context, r CreateRequest) (Ack, error) {
-	return Ack{MachineID: r.MachineID, State: Creating}, s.step()
+func (s *timedStub) Offerings(context.Context) ([]sdk.Offering, error) { return nil, s.step() }
+func (s *timedStub) Create(_ context.Context, r sdk.CreateRequest) (sdk.Ack, error) {
+	return sdk.Ack{MachineID: r.MachineID, State: sdk.Creating}, s.step()
 }
-func (s *timedStub) Configure(_ context.Context, r ConfigureRequest) (Ack, error) {
-	return Ack{MachineID: r.MachineID}, s.step()
+func (s *timedStub) Configure(_ context.Context, r sdk.ConfigureRequest) (sdk.Ack, error) {
+	return sdk.Ack{MachineID: r.MachineID}, s.step()
 }
-func (s *timedStub) Drain(_ context.Context, r DrainRequest) (Ack, error) {
-	return Ack{MachineID: r.MachineID}, s.step()
+func (s *timedStub) Drain(_ context.Context, r sdk.DrainRequest) (sdk.Ack, error) {
+	return sdk.Ack{MachineID: r.MachineID}, s.step()
 }
-func (s *timedStub) Delete(_ context.Context, r DeleteRequest) (Ack, error) {
-	return Ack{MachineID: r.MachineID}, s.step()
+func (s *timedStub) Delete(_ context.Context, r sdk.DeleteRequest) (sdk.Ack, error) {
+	return sdk.Ack{MachineID: r.MachineID}, s.step()
 }
-func (s *timedStub) Get(_ context.Context, id string) (Machine, error) {
-	return Machine{ID: id}, s.step()
+func (s *timedStub) Get(_ context.Context, id string) (sdk.Machine, error) {
+	return sdk.Machine{ID: id}, s.step()
 }
-func (s *timedStub) List(context.Context, Filter) ([]Machine, error) { return nil, s.step() }
+func (s *timedStub) List(context.Context, sdk.Filter) ([]sdk.Machine, error) { return nil, s.step() }
 
 func gather(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
 	t.Helper()
@@ -80,6 +81,8 @@ next:
 	return nil
 }
 
+var fence1 = sdk.Fence{Controller: "c1", Epoch: 1, Seq: 1}
+
 func TestInstrumentRecordsLatencyAndErrorsByKind(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewFake(time.Unix(0, 0))
@@ -87,22 +90,22 @@ func TestInstrumentRecordsLatencyAndErrorsByKind(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	p := Instrument(stub, reg, WithName("sim"), WithClock(clk))
 
-	req := CreateRequest{Fence: fence1, Pool: "p", MachineID: "m", Offering: "o"}
+	req := sdk.CreateRequest{Fence: fence1, Pool: "p", MachineID: "m", Offering: "o"}
 	ack, err := p.Create(ctx, req)
-	if err != nil || ack.MachineID != "m" || ack.State != Creating {
+	if err != nil || ack.MachineID != "m" || ack.State != sdk.Creating {
 		t.Fatalf("Create through the decorator = %+v, %v; want the wrapped provider's answer", ack, err)
 	}
-	stub.err = NewInsufficientCapacity("o", nil)
-	if _, err := p.Create(ctx, req); !IsInsufficientCapacity(err) {
+	stub.err = sdk.NewInsufficientCapacity("o", nil)
+	if _, err := p.Create(ctx, req); !sdk.IsInsufficientCapacity(err) {
 		t.Fatalf("Create error = %v; the decorator must return the wrapped error unchanged", err)
 	}
-	stub.err = NewTransient(errors.New("throttled"), 0)
+	stub.err = sdk.NewTransient(errors.New("throttled"), 0)
 	stub.took = time.Second
-	if _, err := p.Get(ctx, "m"); !IsTransient(err) {
+	if _, err := p.Get(ctx, "m"); !sdk.IsTransient(err) {
 		t.Fatalf("Get error = %v", err)
 	}
-	stub.err = NewNotFound("m")
-	if _, err := p.Delete(ctx, DeleteRequest{Fence: fence1, Pool: "p", MachineID: "m"}); !IsNotFound(err) {
+	stub.err = sdk.NewNotFound("m")
+	if _, err := p.Delete(ctx, sdk.DeleteRequest{Fence: fence1, Pool: "p", MachineID: "m"}); !sdk.IsNotFound(err) {
 		t.Fatalf("Delete error = %v", err)
 	}
 
@@ -134,9 +137,9 @@ func TestInstrumentRecordsLatencyAndErrorsByKind(t *testing.T) {
 		kind string
 		want float64
 	}{
-		{OpCreate, KindInsufficientCapacity, 1},
-		{OpGet, KindTransient, 1},
-		{OpDelete, KindNotFound, 1},
+		{OpCreate, sdk.KindInsufficientCapacity, 1},
+		{OpGet, sdk.KindTransient, 1},
+		{OpDelete, sdk.KindNotFound, 1},
 	}
 	for _, e := range errs {
 		m := findMetric(mfs[MetricErrors], map[string]string{"provider": "sim", "operation": string(e.op), "error": e.kind})
@@ -154,10 +157,10 @@ func TestInstrumentSharesARegistry(t *testing.T) {
 	clk := clock.NewFake(time.Unix(0, 0))
 	reg := prometheus.NewRegistry()
 	a := Instrument(&timedStub{clk: clk}, reg, WithName("a"), WithClock(clk))
-	b := Instrument(&timedStub{clk: clk, err: NewNotFound("x")}, reg, WithName("b"), WithClock(clk))
-	_, _ = a.List(ctx, Filter{})
-	_, _ = b.List(ctx, Filter{})
-	_, _ = b.List(ctx, Filter{})
+	b := Instrument(&timedStub{clk: clk, err: sdk.NewNotFound("x")}, reg, WithName("b"), WithClock(clk))
+	_, _ = a.List(ctx, sdk.Filter{})
+	_, _ = b.List(ctx, sdk.Filter{})
+	_, _ = b.List(ctx, sdk.Filter{})
 	mfs := gather(t, reg)
 	for name, want := range map[string]uint64{"a": 1, "b": 2} {
 		m := findMetric(mfs[MetricDuration], map[string]string{"provider": name, "operation": "list"})

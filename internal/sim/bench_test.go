@@ -7,9 +7,9 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/internal/trace"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // burstPool is 32-core, 8-GPU nodes, up to 10,000 of them.

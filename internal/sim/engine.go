@@ -15,10 +15,10 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
 	cloudsim "github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/internal/scheduler"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Origin is the virtual wall time of a trace's second 0.

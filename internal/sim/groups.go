@@ -10,8 +10,8 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/controller"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/scheduler"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // This file keeps the work in counted groups: the instances of one job

@@ -18,11 +18,11 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/providertest"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/internal/store"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 func openAt(t *testing.T, path string) *store.Store {

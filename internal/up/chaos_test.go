@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tide-project/tide/internal/chaostest"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -20,11 +19,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
+	"github.com/tide-project/tide/internal/chaostest"
+
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/controller"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/store"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 const chaosPool = `pools:
@@ -212,8 +213,8 @@ func (s *submitter) run(ctx context.Context, cl *client.Client, names []string, 
 			defer wg.Done()
 			for name := range next {
 				cpus, mem := 0.25, int64(100) // 4 at a time on a node of 1 CPU and 1 GiB
-				req := &api.SubmitRequest{Command: &command, Name: &name,
-					ResourceRequirements: &api.ResourceSpec{CPUCores: &cpus, MemoryMB: &mem}, Labels: map[string]string{"chaos": "1"}}
+				req := &httpapi.SubmitRequest{Command: &command, Name: &name,
+					ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpus, MemoryMB: &mem}, Labels: map[string]string{"chaos": "1"}}
 				for ctx.Err() == nil {
 					s.mu.Lock()
 					s.tries++
@@ -323,19 +324,19 @@ func TestUpKill9DuringPoolBurst(t *testing.T) {
 		}
 		t.Fatalf("seed %d (%s): %s\nlast of tide up's log:\n%s", seed, replay, fmt.Sprintf(format, args...), b)
 	}
-	pool := func() (api.PoolJSON, error) {
+	pool := func() (httpapi.PoolJSON, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		ps, err := cl.Pools(ctx)
 		if err != nil {
-			return api.PoolJSON{}, err
+			return httpapi.PoolJSON{}, err
 		}
 		for _, p := range ps {
 			if p.Name == "chaos" {
 				return p, nil
 			}
 		}
-		return api.PoolJSON{}, errors.New("no pool chaos")
+		return httpapi.PoolJSON{}, errors.New("no pool chaos")
 	}
 	// tookOver reports whether a controller took the pool over since began
 	// (its "started" event: it listed the machines and adopted them).
@@ -478,7 +479,7 @@ func TestUpKill9DuringPoolBurst(t *testing.T) {
 	case <-time.After(3 * time.Minute):
 		fatal("submissions not finished within 3m of the last restart")
 	}
-	var list []api.InstanceJSON
+	var list []httpapi.InstanceJSON
 	// 16 run at a time (4 nodes of 4): twice that long, and 2 minutes.
 	deadline := time.Now().Add(time.Duration(instances*sleep)*time.Second/16*2 + 2*time.Minute)
 	for {
@@ -502,7 +503,7 @@ func TestUpKill9DuringPoolBurst(t *testing.T) {
 	}
 
 	// Count what was lost or done twice.
-	byName := map[string][]api.InstanceJSON{}
+	byName := map[string][]httpapi.InstanceJSON{}
 	for _, in := range list {
 		if in.Name != nil {
 			byName[*in.Name] = append(byName[*in.Name], in)
@@ -608,7 +609,7 @@ func TestUpKill9DuringPoolBurst(t *testing.T) {
 	}
 
 	// Idle, the pool returns to 0 and leaves nothing behind.
-	var p api.PoolJSON
+	var p httpapi.PoolJSON
 	for end := time.Now().Add(60 * time.Second); ; {
 		p, err = pool()
 		if err == nil && p.Desired == 0 && p.Ready == 0 && p.Pending == 0 && p.Draining == 0 && len(liveWorkers(dir)) == 0 {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 const consolidationPool = `pools:
@@ -41,7 +41,7 @@ func TestConsolidationMovesRestartableWork(t *testing.T) {
 		t.Fatalf("the two instances run on %s and %v; want one node", first, w)
 	}
 	// The restartable one needs a second node.
-	moving := r.submit(1, "sleep 600", 1, func(req *api.SubmitRequest) { req.Restartable = new(true) })
+	moving := r.submit(1, "sleep 600", 1, func(req *httpapi.SubmitRequest) { req.Restartable = new(true) })
 	r.eventually("the restartable instance runs on a second node", 60*time.Second, func() (bool, string) {
 		in := r.instance(moving[0])
 		return in.Status == "RUNNING" && in.AssignedTo != nil && *in.AssignedTo != first, fmt.Sprintf("%+v", in)
@@ -69,7 +69,7 @@ func TestConsolidationMovesRestartableWork(t *testing.T) {
 	if in := r.instance(keep[0]); in.Status != "RUNNING" || in.Attempt != 1 || *in.AssignedTo != first {
 		t.Fatalf("the non-restartable instance was disturbed: %s attempt %d on %v", in.Status, in.Attempt, in.AssignedTo)
 	}
-	evs, err := r.cl.Events(context.Background(), client.EventOptions{Limit: api.MaxEventLimit})
+	evs, err := r.cl.Events(context.Background(), client.EventOptions{Limit: httpapi.MaxEventLimit})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 const latencyPool = `pools:
@@ -59,7 +59,7 @@ func TestLatencyQueuedToCreateToRunning(t *testing.T) {
 		id := r.submit(1, "sleep 0.5", 1, nil)[0]
 		var created time.Time
 		r.eventually("the provision call", 10*time.Second, func() (bool, string) {
-			evs, err := r.cl.Events(ctx, client.EventOptions{Since: &since, Limit: api.MaxEventLimit})
+			evs, err := r.cl.Events(ctx, client.EventOptions{Since: &since, Limit: httpapi.MaxEventLimit})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/netnstest"
 	"github.com/tide-project/tide/internal/provider/netns"
 )
@@ -176,7 +176,7 @@ func TestNetnsBurst(t *testing.T) {
 	// Without the token the API refuses (401) and does nothing.
 	anon, _ := client.New(nr.cl.BaseURL(), "", nr.hc)
 	var ce *client.Error
-	if _, err := anon.Submit(context.Background(), &api.SubmitRequest{Command: ptr("true")}); !errors.As(err, &ce) || ce.StatusCode != 401 {
+	if _, err := anon.Submit(context.Background(), &httpapi.SubmitRequest{Command: ptr("true")}); !errors.As(err, &ce) || ce.StatusCode != 401 {
 		t.Fatalf("a submit without the admin token: %v, want 401", err)
 	}
 	if ins, err := nr.cl.Instances(context.Background(), client.ListOptions{}); err != nil || len(ins) != 0 {
@@ -266,7 +266,7 @@ func TestNetnsMachineLoss(t *testing.T) {
 	// before the link comes back (a partitioned machine keeps running
 	// its work: nothing on it can hear that the head moved it).
 	cmd := fmt.Sprintf(`sleep 45 && echo "$TIDE_INSTANCE_ID $TIDE_ATTEMPT $TIDE_WORKER $(date +%%T.%%N)" >> %s`, done)
-	ids := nr.submit(3, cmd, 1, func(req *api.SubmitRequest) { req.RestartPolicy, req.MaxRestarts = &policy, &restarts })
+	ids := nr.submit(3, cmd, 1, func(req *httpapi.SubmitRequest) { req.RestartPolicy, req.MaxRestarts = &policy, &restarts })
 	nr.eventually("three instances run", 90*time.Second, func() (bool, string) {
 		st := nr.statuses(ids)
 		return st["RUNNING"] == 3, fmt.Sprint(st)

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // The proofs of the elastic-pools issue not covered by up_test.go: a fixed
@@ -32,7 +32,7 @@ const fixedPool = `pools:
               slots_per_node: 1}
 `
 
-func (r *running) nodes(pool string) []api.NodeJSON {
+func (r *running) nodes(pool string) []httpapi.NodeJSON {
 	r.t.Helper()
 	ns, err := r.cl.Nodes(context.Background(), &pool)
 	if err != nil {
@@ -41,7 +41,7 @@ func (r *running) nodes(pool string) []api.NodeJSON {
 	return ns
 }
 
-func (r *running) instance(id string) *api.InstanceJSON {
+func (r *running) instance(id string) *httpapi.InstanceJSON {
 	r.t.Helper()
 	in, err := r.cl.Instance(context.Background(), id)
 	if err != nil {
@@ -214,7 +214,7 @@ func TestScaleDownNeverKillsRunningWork(t *testing.T) {
 // pool scales to 0 while the daemon runs, and the daemon stops with its node.
 func TestDaemonDoesNotHoldANode(t *testing.T) {
 	r := startUp(t, fmt.Sprintf(burstPool, "tide"))
-	daemon := r.submit(1, "sleep 600", 1, func(req *api.SubmitRequest) { req.Daemon = new(true) })
+	daemon := r.submit(1, "sleep 600", 1, func(req *httpapi.SubmitRequest) { req.Daemon = new(true) })
 	r.eventually("the daemon runs", 30*time.Second, func() (bool, string) {
 		st := r.statuses(daemon)
 		return st["RUNNING"] == 1, fmt.Sprintf("%v, pool %+v", st, r.pool("burst"))
@@ -418,10 +418,10 @@ func TestEveryPolicyDrivesTheBurst(t *testing.T) {
 	}{{"tide", false}, {"skyward", false}, {"target-tracking", false}, {"utilization", true}} {
 		t.Run(tc.policy, func(t *testing.T) {
 			start := time.Now()
-			yaml, extra := fmt.Sprintf(burstPool, tc.policy), func(*api.SubmitRequest) {}
+			yaml, extra := fmt.Sprintf(burstPool, tc.policy), func(*httpapi.SubmitRequest) {}
 			if tc.gpu {
 				yaml = fmt.Sprintf(gpuPool, tc.policy)
-				extra = func(req *api.SubmitRequest) { req.ResourceRequirements.GPUUnits = new(int64(1)) }
+				extra = func(req *httpapi.SubmitRequest) { req.ResourceRequirements.GPUUnits = new(int64(1)) }
 			}
 			r := startUp(t, yaml)
 			if p := r.pool("burst"); p.Policy != tc.policy {

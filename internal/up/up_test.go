@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // tideBin is the tide binary the pools' workers run, built once.
@@ -131,7 +131,7 @@ func (r *running) eventually(what string, within time.Duration, cond func() (boo
 	r.t.Fatalf("%s: not within %v; last: %s\nevents:\n%s", what, within, last, r.events())
 }
 
-func (r *running) pool(name string) api.PoolJSON {
+func (r *running) pool(name string) httpapi.PoolJSON {
 	r.t.Helper()
 	ps, err := r.cl.Pools(context.Background())
 	if err != nil {
@@ -143,11 +143,11 @@ func (r *running) pool(name string) api.PoolJSON {
 		}
 	}
 	r.t.Fatalf("no pool %q in %+v", name, ps)
-	return api.PoolJSON{}
+	return httpapi.PoolJSON{}
 }
 
 func (r *running) events() string {
-	evs, err := r.cl.Events(context.Background(), client.EventOptions{Limit: api.MaxEventLimit})
+	evs, err := r.cl.Events(context.Background(), client.EventOptions{Limit: httpapi.MaxEventLimit})
 	if err != nil {
 		return err.Error()
 	}
@@ -158,11 +158,11 @@ func (r *running) events() string {
 	return b.String()
 }
 
-func (r *running) submit(n int, command string, cpus float64, extra func(*api.SubmitRequest)) []string {
+func (r *running) submit(n int, command string, cpus float64, extra func(*httpapi.SubmitRequest)) []string {
 	r.t.Helper()
 	var ids []string
 	for range n {
-		req := &api.SubmitRequest{Command: &command, ResourceRequirements: &api.ResourceSpec{CPUCores: &cpus}}
+		req := &httpapi.SubmitRequest{Command: &command, ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpus}}
 		if extra != nil {
 			extra(req)
 		}
@@ -298,7 +298,7 @@ func workerPID(t *testing.T, dir, machineID string) int {
 func TestNodeLoss(t *testing.T) {
 	r := startUp(t, fmt.Sprintf(burstPool, "tide"))
 	policy, restarts := "on-failure", 3
-	ids := r.submit(4, "sleep 6", 1, func(req *api.SubmitRequest) {
+	ids := r.submit(4, "sleep 6", 1, func(req *httpapi.SubmitRequest) {
 		req.RestartPolicy, req.MaxRestarts = &policy, &restarts
 	})
 	r.eventually("four instances run", 60*time.Second, func() (bool, string) {

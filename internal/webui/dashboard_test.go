@@ -15,9 +15,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/client"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 	"github.com/tide-project/tide/internal/up"
 )
 
@@ -169,8 +169,8 @@ func TestDashboardDrivesAScalingPool(t *testing.T) {
 		cmd := fmt.Sprintf("echo hello-from-dashboard-%d; sleep 60", i)
 		cpu := 1.0
 		name := fmt.Sprintf("dash-%d", i)
-		res, err := cl.Submit(context.Background(), &api.SubmitRequest{Command: &cmd, Name: &name,
-			ResourceRequirements: &api.ResourceSpec{CPUCores: &cpu}})
+		res, err := cl.Submit(context.Background(), &httpapi.SubmitRequest{Command: &cmd, Name: &name,
+			ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpu}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,7 +286,7 @@ func TestDashboardDrivesAScalingPool(t *testing.T) {
 		}
 	}
 	failCmd, policy, retries, failName := "echo trying; exit 3", "on-failure", 2, "dash-retried"
-	res, err := cl.Submit(context.Background(), &api.SubmitRequest{Command: &failCmd, Name: &failName,
+	res, err := cl.Submit(context.Background(), &httpapi.SubmitRequest{Command: &failCmd, Name: &failName,
 		RestartPolicy: &policy, MaxRestarts: &retries})
 	if err != nil {
 		t.Fatal(err)

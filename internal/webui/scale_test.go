@@ -10,9 +10,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/tide-project/tide/internal/api"
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/head"
+	"github.com/tide-project/tide/internal/httpapi"
 )
 
 // bigHead serves a head with one autoscaled pool of 1,000 nodes (each a
@@ -30,8 +30,8 @@ func bigHead(t *testing.T) (string, *head.Head) {
 	machines := make([]head.MachineStatus, nodes)
 	for i := range nodes {
 		id := fmt.Sprintf("big-%d", i)
-		if _, err := h.RegisterWorker(ctx, &api.RegisterRequest{WorkerID: id, Host: "10.0.0.1", Pool: "big",
-			Resources: &api.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}}); err != nil {
+		if _, err := h.RegisterWorker(ctx, &httpapi.RegisterRequest{WorkerID: id, Host: "10.0.0.1", Pool: "big",
+			Resources: &httpapi.ResourceSpec{CPUCores: &cpu, MemoryMB: &mem}}); err != nil {
 			t.Fatal(err)
 		}
 		machines[i] = head.MachineStatus{ID: id, Ordinal: i, MachineID: id, Offering: "c8/on-demand", State: head.NodeReady,
@@ -43,8 +43,8 @@ func bigHead(t *testing.T) (string, *head.Head) {
 	})
 	cmd, pool, reps, cpus := "sleep 3600", "big", 1000, 4.0
 	for range 10 {
-		if _, err := h.Submit(ctx, &api.SubmitRequest{Command: &cmd, Pool: &pool, Replicas: &reps,
-			ResourceRequirements: &api.ResourceSpec{CPUCores: &cpus}}); err != nil {
+		if _, err := h.Submit(ctx, &httpapi.SubmitRequest{Command: &cmd, Pool: &pool, Replicas: &reps,
+			ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &cpus}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -144,7 +144,7 @@ func checkMachine(field string, m *pb.Machine) error {
 func (c *Client) Create(ctx context.Context, r CreateRequest) (Ack, error) {
 	ctx, cancel := c.deadline(ctx)
 	a, err := c.rpc.Create(ctx, &pb.CreateRequest{Fence: fenceToPB(r.Fence), Pool: r.Pool, MachineId: r.MachineID,
-		Offering: r.Offering, Labels: r.Labels, IdempotencyKey: r.MachineID + "/idle"})
+		Offering: r.Offering, Labels: r.Labels, IdempotencyKey: r.MachineID + "/idle", Bootstrap: r.Bootstrap})
 	return c.ack(ctx, cancel, a, err)
 }
 

@@ -13,33 +13,6 @@ import (
 	pb "github.com/tide-project/tide/api/provider/v1"
 )
 
-func TestFenceTable(t *testing.T) {
-	var ft FenceTable
-	steps := []struct {
-		pool string
-		f    Fence
-		ok   bool
-	}{
-		{"p", Fence{"a", 1, 1}, true},
-		{"p", Fence{"a", 1, 7}, true},  // same holder
-		{"p", Fence{"b", 1, 9}, false}, // same epoch, rival
-		{"p", Fence{"b", 2, 1}, true},  // takeover
-		{"p", Fence{"a", 1, 99}, false},
-		{"q", Fence{"a", 1, 1}, true}, // epochs are per pool
-	}
-	for i, s := range steps {
-		err := ft.Admit(s.pool, s.f)
-		if (err == nil) != s.ok {
-			t.Fatalf("step %d: Admit(%s, %s) = %v, want ok=%v", i, s.pool, s.f, err, s.ok)
-		}
-		if err != nil {
-			if _, ok := As[*StaleFenceError](err); !ok {
-				t.Fatalf("step %d: %v is not a StaleFenceError", i, err)
-			}
-		}
-	}
-}
-
 func TestValidName(t *testing.T) {
 	for name, ok := range map[string]bool{"m-1": true, "A.b_c": true, "": false, "-m": false, "has space": false,
 		strings.Repeat("x", 63): true, strings.Repeat("x", 64): false} {

@@ -102,7 +102,7 @@ func ack(a Ack, err error) (*pb.Ack, error) {
 
 func (s *server) Create(ctx context.Context, r *pb.CreateRequest) (*pb.Ack, error) {
 	return ack(s.p.Create(ctx, CreateRequest{Fence: fenceFrom(r.GetFence()), Pool: r.GetPool(), MachineID: r.GetMachineId(),
-		Offering: r.GetOffering(), Labels: r.GetLabels()}))
+		Offering: r.GetOffering(), Labels: r.GetLabels(), Bootstrap: r.GetBootstrap()}))
 }
 
 func (s *server) Configure(ctx context.Context, r *pb.ConfigureRequest) (*pb.Ack, error) {

@@ -26,14 +26,14 @@ var stateFromPB = func() map[pb.State]State {
 	return m
 }()
 
-var kindToPB = map[string]pb.CapacityKind{
+var kindToPB = map[CapacityKind]pb.CapacityKind{
 	"": pb.CapacityKind_CAPACITY_KIND_UNSPECIFIED, "on-demand": pb.CapacityKind_CAPACITY_KIND_ON_DEMAND,
 	"spot": pb.CapacityKind_CAPACITY_KIND_SPOT, "reserved": pb.CapacityKind_CAPACITY_KIND_RESERVED,
 	"bare-metal": pb.CapacityKind_CAPACITY_KIND_BARE_METAL,
 }
 
-var kindFromPB = func() map[pb.CapacityKind]string {
-	m := make(map[pb.CapacityKind]string, len(kindToPB))
+var kindFromPB = func() map[pb.CapacityKind]CapacityKind {
+	m := make(map[pb.CapacityKind]CapacityKind, len(kindToPB))
 	for k, v := range kindToPB {
 		m[v] = k
 	}

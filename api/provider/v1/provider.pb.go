@@ -743,8 +743,13 @@ type CreateRequest struct {
 	// idempotency_key is "<machine_id>/idle", informational: the key is the
 	// pair (machine_id, target state) whatever this field says.
 	IdempotencyKey string `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// bootstrap is the blob a machine that boots its agent by itself (cloud
+	// user data) joins with, when the caller has one at Create; opaque, at
+	// most 16 KiB. Plugins that configure machines only through Configure
+	// ignore it.
+	Bootstrap     []byte `protobuf:"bytes,7,opt,name=bootstrap,proto3" json:"bootstrap,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
@@ -817,6 +822,13 @@ func (x *CreateRequest) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *CreateRequest) GetBootstrap() []byte {
+	if x != nil {
+		return x.Bootstrap
+	}
+	return nil
 }
 
 // ConfigureRequest: idempotency key (machine_id, CONFIGURED, cluster).
@@ -1669,7 +1681,7 @@ const file_api_provider_v1_provider_proto_rawDesc = "" +
 	"\x14interruption_penalty\x18\a \x01(\x01R\x13interruptionPenalty\"\x12\n" +
 	"\x10OfferingsRequest\"M\n" +
 	"\x11OfferingsResponse\x128\n" +
-	"\tofferings\x18\x01 \x03(\v2\x1a.tide.provider.v1.OfferingR\tofferings\"\xb6\x02\n" +
+	"\tofferings\x18\x01 \x03(\v2\x1a.tide.provider.v1.OfferingR\tofferings\"\xd4\x02\n" +
 	"\rCreateRequest\x12-\n" +
 	"\x05fence\x18\x01 \x01(\v2\x17.tide.provider.v1.FenceR\x05fence\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x1d\n" +
@@ -1677,7 +1689,8 @@ const file_api_provider_v1_provider_proto_rawDesc = "" +
 	"machine_id\x18\x03 \x01(\tR\tmachineId\x12\x1a\n" +
 	"\boffering\x18\x04 \x01(\tR\boffering\x12C\n" +
 	"\x06labels\x18\x05 \x03(\v2+.tide.provider.v1.CreateRequest.LabelsEntryR\x06labels\x12'\n" +
-	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x1a9\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12\x1c\n" +
+	"\tbootstrap\x18\a \x01(\fR\tbootstrap\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x01\n" +

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -92,17 +93,38 @@ func (s *Server) SendNeeds(ctx context.Context, req *fleetv1.SendNeedsRequest) (
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	if _, err := cl.SendNeeds(ctx, req); err != nil {
+	sr, err := cl.SendNeeds(ctx, req)
+	if err != nil {
 		return nil, err
 	}
+	// What the shard asks of an operator cluster travels back through here too.
+	resp.Requests, resp.Machines, resp.Shortfalls = sr.GetRequests(), sr.GetMachines(), sr.GetShortfalls()
+	resp.MachinesListed = sr.GetMachinesListed()
 	return resp, nil
 }
 
-// Status describes this replica and every declared shard.
+// Status describes this replica and every declared shard, and the clusters
+// of the live shards (each asked for its own; a shard that does not answer
+// within a second is left out).
 func (s *Server) Status(ctx context.Context, _ *fleetv1.StatusRequest) (*fleetv1.StatusResponse, error) {
 	st, err := s.c.Status(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	for _, sh := range st.GetShards() {
+		if !sh.GetLive() || sh.GetAddress() == "" {
+			continue
+		}
+		cl, err := s.shardClient(sh.GetAddress())
+		if err != nil {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		ss, err := cl.Status(sctx, &fleetv1.StatusRequest{})
+		cancel()
+		if err == nil {
+			st.Clusters = append(st.Clusters, ss.GetClusters()...)
+		}
 	}
 	return st, nil
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
 	"github.com/tide-project/tide/internal/fleet/fleettest"
 	"github.com/tide-project/tide/internal/fleet/shardctl"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // serve serves a Fleet API on a loopback port until the test ends.

@@ -21,9 +21,9 @@ import (
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
 	"github.com/tide-project/tide/internal/fleet/etcdtest"
 	"github.com/tide-project/tide/internal/fleet/shardctl"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/providertest"
 	"github.com/tide-project/tide/internal/provider/sim"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Start is the fake clock's start.

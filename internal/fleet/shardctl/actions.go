@@ -10,7 +10,7 @@ import (
 
 	"github.com/tide-project/tide/internal/fleet"
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // slot returns the controller's side of a shard slot, growing the table.
@@ -231,13 +231,13 @@ func (c *Controller) act(ctx context.Context, now time.Time, acts []fleet.Action
 			creates = append(creates, a.Machine)
 		case fleet.ActConfigure:
 			m := c.slot(a.Machine)
-			m.op, m.issued, m.cluster, m.tries = opConfigure, false, a.Cluster, 0
+			m.op, m.issued, m.cluster, m.tries, m.due = opConfigure, false, a.Cluster, 0, time.Time{}
 			c.configure(ctx, now, a.Machine)
 		case fleet.ActDrain:
 			m := c.slot(a.Machine)
 			m.op, m.issued, m.tries, m.due = opDrain, false, 0, now.Add(a.Grace)
 			if name := c.clusterName(a.Cluster); name != "" {
-				if err := c.op.Cordon(ctx, name, m.id, a.Grace); err != nil {
+				if err := c.op.Cordon(ctx, name, m.id, a.Grace, c.drainReason(a)); err != nil {
 					c.log.Warn("cordon failed; draining after the grace anyway", "machine", m.id, "err", err)
 				}
 			}
@@ -349,7 +349,23 @@ func (c *Controller) configure(ctx context.Context, now time.Time, slot fleet.Ma
 	if name == "" {
 		err = fmt.Errorf("cluster %s: unknown to this shard", m.cluster)
 	} else {
-		blob, err = c.op.Bootstrap(ctx, name)
+		blob, err = c.op.Bootstrap(ctx, name, m.id, c.cat.ProfileName(c.cat.OfferingProfile(c.offeringOf(slot))))
+	}
+	switch {
+	case errors.Is(err, ErrBootstrapPending):
+		if m.due.IsZero() {
+			m.due = now.Add(c.cfg.BootstrapTimeout)
+		}
+		if now.Before(m.due) {
+			return // asked; the answer comes with the cluster's next needs
+		}
+		m.tries = c.cfg.MaxRetries
+		err = fmt.Errorf("cluster %q did not answer its bootstrap request within %s", name, c.cfg.BootstrapTimeout)
+	case errors.Is(err, ErrBootstrapRefused):
+		m.issued, m.op = true, opNone
+		c.log.Info("cluster refused the machine; it returns to Idle", "machine", m.id, "cluster", name, "err", err)
+		c.apply(now, []fleet.Observation{{Machine: slot, State: fleet.Idle, Host: true}})
+		return
 	}
 	var ack provider.Ack
 	if err == nil {

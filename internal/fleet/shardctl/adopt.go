@@ -10,7 +10,7 @@ import (
 
 	"github.com/tide-project/tide/internal/fleet"
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Start takes the shard over: it acquires the ownership key on a new lease

@@ -13,10 +13,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/tide-project/tide/api/fleetv1"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/fleet"
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // ErrDeposed is returned (wrapped) once another controller holds the shard:
@@ -55,6 +56,9 @@ type Config struct {
 	// MaxRetries bounds the attempts of a Create or Configure that keeps
 	// failing with transient errors before the machine is given up. Default 5.
 	MaxRetries int
+	// BootstrapTimeout bounds the wait for a cluster's answer to a bootstrap
+	// request; then the machine returns to Idle. Default 2m.
+	BootstrapTimeout time.Duration
 	// Engine configures the shard's decision engine.
 	Engine fleet.Config
 }
@@ -74,6 +78,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxRetries == 0 {
 		c.MaxRetries = DefaultMaxRetries
+	}
+	if c.BootstrapTimeout == 0 {
+		c.BootstrapTimeout = DefaultBootstrapTimeout
 	}
 	return c
 }
@@ -106,14 +113,19 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Operator is the cluster side of Configure and Drain (BigFleet §13).
+// Operator is the cluster side of Configure and Drain (BigFleet §13,
+// ClusterOperator).
 type Operator interface {
-	// Bootstrap returns the opaque blob a machine needs to join the cluster.
-	Bootstrap(ctx context.Context, cluster string) ([]byte, error)
+	// Bootstrap returns the opaque blob that joins one machine (the
+	// provider's id) of profile to the cluster: GenerateBootstrap, on
+	// demand. ErrBootstrapPending: asked, not answered yet (Configure is
+	// tried again next cycle); ErrBootstrapRefused: the machine goes back
+	// to Idle.
+	Bootstrap(ctx context.Context, cluster, machine, profile string) ([]byte, error)
 	// Cordon asks the cluster to stop placing work on the machine and to
 	// move its work away within grace; the controller calls the provider's
-	// Drain once grace has passed.
-	Cordon(ctx context.Context, cluster, machine string, grace time.Duration) error
+	// Drain once grace has passed. reason is for the cluster's events.
+	Cordon(ctx context.Context, cluster, machine string, grace time.Duration, reason string) error
 }
 
 // Deps are the controller's collaborators.
@@ -127,8 +139,9 @@ type Deps struct {
 	Clock clock.Clock
 	// Logger; default discards.
 	Logger *slog.Logger
-	// Operator; default: the bootstrap blob the cluster sent with its needs,
-	// and no cordon call (the grace is still waited).
+	// Operator; default: a cluster that is its own operator is asked for
+	// each machine's blob and told of cordons through its SendNeeds
+	// answers; for other clusters, the static blob sent with their needs.
 	Operator Operator
 }
 
@@ -150,7 +163,7 @@ type mach struct {
 	prov    string // provider name
 	op      opKind
 	issued  bool      // the provider accepted the call
-	due     time.Time // opDrain: when to call Drain
+	due     time.Time // opDrain: when to call Drain; opConfigure: until when to wait for the blob
 	cluster fleet.ClusterID
 	tries   int
 }
@@ -203,15 +216,21 @@ type Controller struct {
 	runCtx     context.Context
 	stopRun    context.CancelFunc
 
-	mu       sync.Mutex
-	inbox    map[fleet.ClusterID]fleet.ClusterCapacityNeeds
-	needs    map[fleet.ClusterID]fleet.ClusterCapacityNeeds // latest, fed again after a rebuild
-	blobs    map[fleet.ClusterID][]byte
-	names    map[fleet.ClusterID]string
-	clusters map[string]fleet.ClusterID
-	catalog  *fleet.Catalog
-	status   Status
-	sfs      []fleet.Shortfall
+	mu        sync.Mutex
+	inbox     map[fleet.ClusterID]fleet.ClusterCapacityNeeds
+	releases  map[fleet.ClusterID][]string // inbox needs' released machines, by provider id
+	operators map[fleet.ClusterID]*opCluster
+	// clusterStatus is refreshed by the cycle at most once per clusterEvery
+	// (clustersAt, owned by the cycle goroutine).
+	clusterStatus []*fleetv1.ClusterStatus
+	clustersAt    time.Time
+	needs         map[fleet.ClusterID]fleet.ClusterCapacityNeeds // latest, fed again after a rebuild
+	blobs         map[fleet.ClusterID][]byte
+	names         map[fleet.ClusterID]string
+	clusters      map[string]fleet.ClusterID
+	catalog       *fleet.Catalog
+	status        Status
+	sfs           []fleet.Shortfall
 }
 
 // New returns the controller of cfg.Shard. It does no I/O: Start (or the
@@ -240,31 +259,15 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		log: logger.With("shard", cfg.Shard.String()), poke: make(chan struct{}, 1),
 		inbox: map[fleet.ClusterID]fleet.ClusterCapacityNeeds{}, needs: map[fleet.ClusterID]fleet.ClusterCapacityNeeds{},
 		blobs: map[fleet.ClusterID][]byte{}, names: map[fleet.ClusterID]string{}, clusters: map[string]fleet.ClusterID{},
-		known: map[string]bool{}}
+		known: map[string]bool{}, releases: map[fleet.ClusterID][]string{}, operators: map[fleet.ClusterID]*opCluster{}}
 	c.op = deps.Operator
 	if c.op == nil {
-		c.op = blobOperator{c}
+		c.op = clusterOperator{c}
 	}
 	c.runCtx, c.stopRun = context.WithCancel(context.Background())
 	c.status = Status{Shard: cfg.Shard, Address: cfg.Address, Paused: "not started"}
 	return c, nil
 }
-
-// blobOperator is the default Operator: the blob comes with the needs.
-type blobOperator struct{ c *Controller }
-
-// Bootstrap returns the blob the cluster sent with its last needs.
-func (o blobOperator) Bootstrap(_ context.Context, cluster string) ([]byte, error) {
-	o.c.mu.Lock()
-	defer o.c.mu.Unlock()
-	if id, ok := o.c.clusters[cluster]; ok && len(o.c.blobs[id]) > 0 {
-		return o.c.blobs[id], nil
-	}
-	return nil, fmt.Errorf("bootstrap: cluster %q sent no bootstrap blob with its needs", cluster)
-}
-
-// Cordon does nothing: the grace is waited before the provider's Drain.
-func (blobOperator) Cordon(context.Context, string, string, time.Duration) error { return nil }
 
 // Epoch returns the controller's fencing epoch (0 before Start).
 func (c *Controller) Epoch() int64 { return c.epoch }

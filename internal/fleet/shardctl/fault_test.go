@@ -13,7 +13,8 @@ import (
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
 	"github.com/tide-project/tide/internal/fleet/fleettest"
 	"github.com/tide-project/tide/internal/fleet/shardctl"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 func ids(ms []provider.Machine) []string {
@@ -58,7 +59,7 @@ func TestStaticStability(t *testing.T) {
 	if len(alpha) != 2 || len(byCluster(env, "beta")) != 1 {
 		t.Fatalf("before the outage: alpha %v beta %v", alpha, byCluster(env, "beta"))
 	}
-	creates := len(env.Rec.Calls(provider.OpCreate))
+	creates := len(env.Rec.Calls(tideprovider.OpCreate))
 	epoch := c.Epoch()
 
 	env.Etcd.Stop()
@@ -70,10 +71,10 @@ func TestStaticStability(t *testing.T) {
 			t.Fatalf("during the outage alpha's machines changed: %v, had %v", got, alpha)
 		}
 	}
-	if got := len(env.Rec.Calls(provider.OpCreate)); got != creates {
+	if got := len(env.Rec.Calls(tideprovider.OpCreate)); got != creates {
 		t.Errorf("Create calls during the outage: %d, want none", got-creates)
 	}
-	if got := len(env.Rec.Calls(provider.OpDelete)); got != 0 {
+	if got := len(env.Rec.Calls(tideprovider.OpDelete)); got != 0 {
 		t.Errorf("Delete calls during the outage: %d, want none", got)
 	}
 	if got := byCluster(env, "alpha"); len(got) != 3 || !containsAll(got, alpha) {
@@ -91,7 +92,7 @@ func TestStaticStability(t *testing.T) {
 		}
 		env.Step(fleettest.Boot, c)
 	}
-	if got := len(env.Rec.Calls(provider.OpCreate)); got != creates+1 {
+	if got := len(env.Rec.Calls(tideprovider.OpCreate)); got != creates+1 {
 		t.Errorf("Create calls after the outage: %d, want 1", got-creates)
 	}
 	if c.Epoch() < epoch {
@@ -156,11 +157,11 @@ func TestStaleShardCannotAct(t *testing.T) {
 		t.Fatalf("old controller's cycle: %v, want ErrDeposed", err)
 	}
 	var refused int
-	for _, call := range env.Rec.Calls(provider.OpDrain, provider.OpDelete, provider.OpCreate, provider.OpConfigure) {
+	for _, call := range env.Rec.Calls(tideprovider.OpDrain, tideprovider.OpDelete, tideprovider.OpCreate, tideprovider.OpConfigure) {
 		if call.Fence.Epoch == uint64(old.Epoch()) && call.Fence.Seq > 0 && provider.IsStaleFence(call.Err) {
 			refused++
 		}
-		if call.Fence.Epoch == uint64(old.Epoch()) && call.Op == provider.OpDrain && call.Err == nil {
+		if call.Fence.Epoch == uint64(old.Epoch()) && call.Op == tideprovider.OpDrain && call.Err == nil {
 			t.Errorf("the old controller drained %s", call.MachineID)
 		}
 	}
@@ -221,7 +222,7 @@ func TestAdoptionAfterCrash(t *testing.T) {
 	if got := byCluster(env, "alpha"); len(got) != 3 {
 		t.Errorf("alpha has %v, want 3 machines", got)
 	}
-	if got := len(env.Rec.Calls(provider.OpCreate)); got != 3 {
+	if got := len(env.Rec.Calls(tideprovider.OpCreate)); got != 3 {
 		t.Errorf("Create calls = %d, want 3 (the crashed controller's, adopted)", got)
 	}
 	if _, err := env.Cloud.Get(context.Background(), "stranger-1"); !provider.IsNotFound(err) {
@@ -344,12 +345,12 @@ func TestCrossShardPreemption(t *testing.T) {
 	putDirective(t, env, etcdstate.Directive{Term: 3, Seq: 1, Kind: fleet.Preempt.String(), From: 2, To: 1, Count: 2,
 		Priority: 900_000, MinGap: 500_000})
 	env.Cycle(s2, s1)
-	drains := env.Rec.Calls(provider.OpDrain)
+	drains := env.Rec.Calls(tideprovider.OpDrain)
 	if len(drains) != 0 {
 		t.Fatalf("drained before the grace: %v", drains)
 	}
 	env.Step(30*time.Second, s2, s1) // gap 899,990 > 500K: 30s grace
-	if got := len(env.Rec.Calls(provider.OpDrain)); got != 2 {
+	if got := len(env.Rec.Calls(tideprovider.OpDrain)); got != 2 {
 		t.Fatalf("drain calls after the grace: %d, want 2", got)
 	}
 	for range 4 {

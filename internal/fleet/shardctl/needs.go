@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tide-project/tide/api/fleetv1"
@@ -60,9 +61,11 @@ func (c *Controller) SubmitNeeds(ctx context.Context, m *fleetv1.ClusterCapacity
 	c.clusters[name], c.names[id] = id, name
 	c.inbox[id] = needs
 	c.needs[id] = needs
+	c.releases[id] = slices.Clone(m.GetRelease())
 	if len(m.GetBootstrap()) > 0 {
 		c.blobs[id] = append([]byte(nil), m.GetBootstrap()...)
 	}
+	c.noteOperator(id, m)
 	c.mu.Unlock()
 	select {
 	case c.poke <- struct{}{}:
@@ -71,21 +74,30 @@ func (c *Controller) SubmitNeeds(ctx context.Context, m *fleetv1.ClusterCapacity
 	return id, nil
 }
 
-// takeInbox returns the needs received since the last cycle.
+// takeInbox returns the needs received since the last cycle, the machines
+// they release resolved from provider ids to the shard's.
 func (c *Controller) takeInbox() []fleet.ClusterCapacityNeeds {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]fleet.ClusterCapacityNeeds, 0, len(c.inbox))
-	for _, n := range c.inbox {
+	for id, n := range c.inbox {
+		for _, name := range c.releases[id] {
+			if slot, ok := c.byID[name]; ok {
+				n.Release = append(n.Release, slot)
+			}
+		}
 		out = append(out, n)
 	}
 	clear(c.inbox)
+	clear(c.releases)
 	return out
 }
 
 // publish writes the shard's report to etcd (on its lease) and refreshes
 // the status.
 func (c *Controller) publish(ctx context.Context, now time.Time) {
+	c.refreshOperators()
+	c.refreshClusters(now)
 	sum := c.shard.Summary(c.cfg.Shard, c.wanted...)
 	sfs := c.shard.Shortfalls()
 	c.mu.Lock()

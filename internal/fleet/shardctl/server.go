@@ -29,8 +29,22 @@ func (s *Server) SendNeeds(ctx context.Context, req *fleetv1.SendNeedsRequest) (
 	if err != nil {
 		return nil, GRPCError(err)
 	}
-	return &fleetv1.SendNeedsResponse{Shard: uint32(s.c.cfg.Shard), ShardAddress: s.c.cfg.Address,
-		ClusterId: uint32(id)}, nil
+	reqs, machines, listed := s.c.operatorView(id)
+	resp := &fleetv1.SendNeedsResponse{Shard: uint32(s.c.cfg.Shard), ShardAddress: s.c.cfg.Address,
+		ClusterId: uint32(id), Requests: reqs, Machines: machines, MachinesListed: listed}
+	if cat := s.c.Catalog(); cat != nil {
+		wanted := map[string]bool{}
+		for _, n := range req.GetNeeds().GetNeeds() {
+			wanted[n.GetProfile()] = true
+		}
+		sfs, after := s.c.Shortfalls()
+		for _, sf := range sfs {
+			if p := fleetpb.Shortfall(cat, uint16(s.c.cfg.Shard), sf, after); wanted[p.GetProfile()] {
+				resp.Shortfalls = append(resp.Shortfalls, p)
+			}
+		}
+	}
+	return resp, nil
 }
 
 // Status describes this shard.
@@ -40,7 +54,8 @@ func (s *Server) Status(context.Context, *fleetv1.StatusRequest) (*fleetv1.Statu
 		Updated: st.Updated, Summary: st.Summary, Clusters: st.Clusters, Paused: st.Paused != "",
 		PausedReason: st.Paused}
 	return &fleetv1.StatusResponse{Role: "shard",
-		Shards: []*fleetv1.ShardStatus{fleetpb.ShardStatus(&r, st.Started && !st.Deposed)}}, nil
+		Shards:   []*fleetv1.ShardStatus{fleetpb.ShardStatus(&r, st.Started && !st.Deposed)},
+		Clusters: s.c.ClusterStatus()}, nil
 }
 
 // Shortfalls lists this shard's shortfalls and the directives naming it.

@@ -9,7 +9,8 @@ import (
 	"github.com/tide-project/tide/internal/fleet/etcdstate"
 	"github.com/tide-project/tide/internal/fleet/fleettest"
 	"github.com/tide-project/tide/internal/fleet/shardctl"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 const pool1 = "fleet-s1"
@@ -63,11 +64,11 @@ func TestProvisionRecordsThenCreates(t *testing.T) {
 	if len(recs) != 3 {
 		t.Errorf("machine records = %d, want 3", len(recs))
 	}
-	for _, call := range env.Rec.Calls(provider.OpCreate, provider.OpConfigure) {
+	for _, call := range env.Rec.Calls(tideprovider.OpCreate, tideprovider.OpConfigure) {
 		if call.Fence.Controller != "s1" || call.Fence.Epoch != uint64(c.Epoch()) || call.Err != nil {
 			t.Errorf("%s %s: fence %s (epoch %d), err %v", call.Op, call.MachineID, call.Fence, c.Epoch(), call.Err)
 		}
-		if call.Op == provider.OpCreate {
+		if call.Op == tideprovider.OpCreate {
 			if _, ok := recs[call.MachineID]; !ok {
 				t.Errorf("created %s without a record", call.MachineID)
 			}

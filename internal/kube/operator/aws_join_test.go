@@ -21,9 +21,10 @@ import (
 	"github.com/tide-project/tide/internal/kube/kubeapi"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
 	"github.com/tide-project/tide/internal/kube/nodepool"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/aws/awstest"
 	"github.com/tide-project/tide/internal/provider/build"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestAWSUserDataIsTheMachinesJoin: an aws NodePool's provider, built by
@@ -66,7 +67,7 @@ func TestAWSUserDataIsTheMachinesJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := build.New(np.Config, o.buildEnv())
+	b, err := build.New(np.Config, o.buildEnv(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,11 +110,11 @@ func TestAWSUserDataIsTheMachinesJoin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		blob, err := provider.BootScriptBlob(script)
+		blob, err := tideprovider.BootScriptBlob(script)
 		if err != nil {
 			t.Fatalf("user data of %s: %v\n%s", id, err, script)
 		}
-		if !provider.IsNodeJoin(blob) {
+		if !tideprovider.IsNodeJoin(blob) {
 			t.Fatalf("user data of %s carries %s, not a join document", id, blob)
 		}
 		jn, err := nodeagent.Parse(blob)

@@ -15,11 +15,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/kube/demand"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/internal/kube/workload"
 	"github.com/tide-project/tide/internal/provider/build"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // AgentClusterRole is the ClusterRole of a machine's join credential
@@ -210,19 +212,34 @@ func (j joining) Delete(ctx context.Context, req provider.DeleteRequest) (provid
 		return provider.Ack{}, fmt.Errorf("delete machine %q: revoke its credential: %w", req.MachineID, provider.NewTransient(err, 0))
 	}
 	ack, err := j.Provider.Delete(ctx, req)
-	if err != nil {
+	if err != nil && !provider.IsNotFound(err) {
 		return ack, err
 	}
+	// Gone already (NotFound: a fleet machine given back at once) or going:
+	// its Node goes too.
 	if err := j.o.cfg.API.DeleteNode(ctx, req.MachineID); err != nil && !errors.Is(err, kubeapi.ErrNotFound) {
 		return provider.Ack{}, fmt.Errorf("delete machine %q: its Node: %w", req.MachineID, provider.NewTransient(err, 0))
 	}
-	return ack, nil
+	return ack, err
 }
 
-// buildEnv is what the providers of non-kwok pools are built with (the
-// construction `tide head` uses, internal/provider/build).
-func (o *Operator) buildEnv() build.Env {
-	return build.Env{MachinesDir: o.cfg.Join.LocalRoot, Binary: o.cfg.Join.Binary, Clock: o.clk, Logger: o.log}
+// buildEnv is what the providers of NodePool r's machines are built with
+// (the construction `tide head` uses, internal/provider/build). A
+// fleet-backed NodePool's machines join with the credential mint makes for
+// each when the fleet asks, and a preemption cordons the machine's Node.
+func (o *Operator) buildEnv(r *runner) build.Env {
+	return build.Env{MachinesDir: o.cfg.Join.LocalRoot, Binary: o.cfg.Join.Binary, Clock: o.clk, Logger: o.log,
+		Join: func(ctx context.Context, _, machine, offering, _ string) ([]byte, error) {
+			return o.mint(ctx, r, machine, offering, "fleet")
+		},
+		Preempt: func(ctx context.Context, _, machine, why string, grace time.Duration) error {
+			if err := workload.New(o.cfg.API, r.nodeName, o.log).Cordon(ctx, controller.Node{MachineID: machine}); err != nil {
+				return err
+			}
+			o.event(r.obj, corev1.EventTypeWarning, "Preempted",
+				fmt.Sprintf("machine %s: %s; its Node is cordoned and the fleet drains it in %s", machine, why, grace))
+			return nil
+		}}
 }
 
 // Get reports the machine; see joined.

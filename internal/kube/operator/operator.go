@@ -49,13 +49,13 @@ import (
 	"github.com/tide-project/tide/internal/kube/demand"
 	kubejournal "github.com/tide-project/tide/internal/kube/journal"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
+	"github.com/tide-project/tide/internal/kube/kwok"
 	"github.com/tide-project/tide/internal/kube/nodepool"
 	"github.com/tide-project/tide/internal/kube/workload"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/build"
-	"github.com/tide-project/tide/internal/provider/kwok"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // GVK of the NodePool custom resource and its list.
@@ -487,7 +487,7 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 			r.reason = "ProviderCannotJoin"
 			return fail(fmt.Errorf("spec.provider.type: %s", why))
 		}
-		b, err := build.New(p.Config, o.buildEnv())
+		b, err := build.New(p.Config, o.buildEnv(r))
 		if err != nil {
 			if t == "local" || t == "netns" {
 				err = fmt.Errorf("%w (tide kube --local-root)", err)

@@ -16,10 +16,10 @@ import (
 	kubejournal "github.com/tide-project/tide/internal/kube/journal"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
 	"github.com/tide-project/tide/internal/kube/kubetest"
+	"github.com/tide-project/tide/internal/kube/kwok"
 	"github.com/tide-project/tide/internal/kube/nodepool"
 	"github.com/tide-project/tide/internal/kube/workload"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider/kwok"
 )
 
 // TestPoolControllerOnKwokNodes runs tide's pool controller (the one

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // tagBatch lists the machine ids of a batched launch, ",id1,id2,": every

@@ -11,9 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/tide-project/tide/internal/provider"
 	awsprov "github.com/tide-project/tide/internal/provider/aws"
 	"github.com/tide-project/tide/internal/provider/aws/awstest"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // BenchmarkCreateFleetRoundTrip: one Create of a fresh machine through the

@@ -14,9 +14,9 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
 	awsprov "github.com/tide-project/tide/internal/provider/aws"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // ctlEnv is one pool's real controller driving the EC2 provider against the

@@ -7,7 +7,7 @@ import (
 
 	"github.com/aws/smithy-go"
 
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Error codes EC2 uses, grouped by how tide reacts.

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/controller"
-	"github.com/tide-project/tide/internal/provider"
 	awsprov "github.com/tide-project/tide/internal/provider/aws"
 	"github.com/tide-project/tide/internal/provider/aws/awstest"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 func createReq(pool, id, offering string) provider.CreateRequest {

@@ -8,8 +8,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/tide-project/tide/internal/provider"
 	awsprov "github.com/tide-project/tide/internal/provider/aws"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestFencesSurviveRestart: a restarted provider (a new process, no memory)

@@ -1,5 +1,5 @@
 package aws
 
-import "github.com/tide-project/tide/internal/provider"
+import "github.com/tide-project/tide/sdk/provider"
 
 func kindOf(err error) string { return provider.Kind(err) }

@@ -8,7 +8,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // JoinsAtCreate reports that an EC2 instance boots its worker by itself,
@@ -20,7 +21,7 @@ func (p *Provider) JoinsAtCreate() bool { return true }
 // userData renders a machine's bootstrap as the cloud-init user data of
 // `tide bootstrap --format cloud-init`.
 func (p *Provider) userData(req *provider.CreateRequest) []byte {
-	return []byte(provider.BootScript(provider.BootCloudInit, req.Bootstrap, p.cfg.WorkerDataDir, p.cfg.TideBinary, req.MachineID, req.Pool))
+	return []byte(tideprovider.BootScript(tideprovider.BootCloudInit, req.Bootstrap, p.cfg.WorkerDataDir, p.cfg.TideBinary, req.MachineID, req.Pool))
 }
 
 // readTemplate reads the default version of a launch template the pool

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/tide-project/tide/internal/config"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/aws"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // awsProvider runs the pool's machines as EC2 instances

@@ -7,6 +7,7 @@
 package build
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,11 +19,11 @@ import (
 
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/config"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/local"
 	"github.com/tide-project/tide/internal/provider/netns"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/strictjson"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Env is what a provider may use from the process that runs it.
@@ -39,10 +40,19 @@ type Env struct {
 	Logger *slog.Logger
 	// Clock is the process's clock.
 	Clock clock.Clock
+	// Join mints the blob that joins one machine (of the pool's offering)
+	// to this process's cluster, reaching a head at headURL ("": the
+	// head's own address; Kubernetes mode ignores it); nil where there is
+	// no cluster to join (a fleet shard). Fleet-backed pools need it: the
+	// fleet asks them for each blob.
+	Join func(ctx context.Context, pool, machine, offering, headURL string) ([]byte, error)
+	// Preempt tells this process's cluster that the fleet takes one of a
+	// pool's machines back after grace (why is for its events); nil with Join.
+	Preempt func(ctx context.Context, pool, machine, why string, grace time.Duration) error
 }
 
 // Types lists the provider types New builds.
-var Types = []string{"aws", "local", "netns", "plugin", "sim"}
+var Types = []string{"aws", "fleet", "local", "netns", "plugin", "sim"}
 
 // RunsNoAgent says why the machines of provider type typ run nothing that
 // a bootstrap blob could start ("" when they do: a tide worker, or the
@@ -67,6 +77,8 @@ func New(pc config.Pool, env Env) (func() (provider.Provider, error), error) {
 	switch pc.Provider.Type {
 	case "aws":
 		return awsProvider(pc, env)
+	case "fleet":
+		return fleetProvider(pc, env)
 	case "local":
 		return localProvider(pc, env)
 	case "netns":

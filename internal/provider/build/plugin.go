@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/config"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/plugin"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // pluginProvider is a provider plugin over gRPC (docs/provider-protocol.md):
@@ -27,7 +27,7 @@ func pluginProvider(pc config.Pool, env Env) (func() (provider.Provider, error),
 			if err != nil {
 				return nil, err // it names the plugin's command
 			}
-			return subprocessPlugin{Provider: plugin.FromSDK(s), s: s}, nil
+			return subprocessPlugin{Provider: s, s: s}, nil
 		}
 		p, closer, err := plugin.Open(context.Background(), o, log)
 		if err != nil {

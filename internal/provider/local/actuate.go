@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // The actuator: one goroutine per machine at a time carries out its

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // The test binary doubles as a worker: run with LOCAL_TEST_WORKER=<mode>,

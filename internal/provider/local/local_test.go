@@ -18,8 +18,9 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/providertest"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestConformance runs the provider contract's suite on real processes
@@ -593,7 +594,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestWorkerCommand(t *testing.T) {
 	t.Setenv("TIDE_TOKEN", "admin-secret")
-	blob, err := provider.Bootstrap{Head: "http://127.0.0.1:8000", Token: "join-secret"}.Marshal()
+	blob, err := tideprovider.Bootstrap{Head: "http://127.0.0.1:8000", Token: "join-secret"}.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}

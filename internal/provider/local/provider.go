@@ -16,7 +16,8 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // MarkerEnv is the environment variable that marks every process of a local
@@ -306,7 +307,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 // Configure records the binding and has the actuator start the worker;
 // see provider.Provider.
 func (p *Provider) Configure(ctx context.Context, req provider.ConfigureRequest) (provider.Ack, error) {
-	return p.mutate(ctx, provider.OpConfigure, req.Pool, req.MachineID, req.Fence, req.Validate, func(m *machine) (provider.Ack, error) {
+	return p.mutate(ctx, tideprovider.OpConfigure, req.Pool, req.MachineID, req.Fence, req.Validate, func(m *machine) (provider.Ack, error) {
 		switch {
 		case m.State == provider.Idle:
 			off, ok := p.offerings[m.Offering]
@@ -346,7 +347,7 @@ func (p *Provider) Configure(ctx context.Context, req provider.ConfigureRequest)
 
 // Drain has the actuator stop the worker gracefully; see provider.Provider.
 func (p *Provider) Drain(ctx context.Context, req provider.DrainRequest) (provider.Ack, error) {
-	return p.mutate(ctx, provider.OpDrain, req.Pool, req.MachineID, req.Fence, req.Validate, func(m *machine) (provider.Ack, error) {
+	return p.mutate(ctx, tideprovider.OpDrain, req.Pool, req.MachineID, req.Fence, req.Validate, func(m *machine) (provider.Ack, error) {
 		switch m.State {
 		case provider.Configuring, provider.Configured:
 			if err := p.transition(m, provider.Draining); err != nil {
@@ -364,7 +365,7 @@ func (p *Provider) Drain(ctx context.Context, req provider.DrainRequest) (provid
 // Delete has the actuator kill every process of the machine, remove its
 // files and leave a tombstone; see provider.Provider.
 func (p *Provider) Delete(ctx context.Context, req provider.DeleteRequest) (provider.Ack, error) {
-	return p.mutate(ctx, provider.OpDelete, req.Pool, req.MachineID, req.Fence, req.Validate, func(m *machine) (provider.Ack, error) {
+	return p.mutate(ctx, tideprovider.OpDelete, req.Pool, req.MachineID, req.Fence, req.Validate, func(m *machine) (provider.Ack, error) {
 		if m.State == provider.Deleting {
 			p.kick(m)
 			return provider.Ack{MachineID: m.ID, State: m.State, Replayed: true}, nil
@@ -395,7 +396,7 @@ func (p *Provider) transition(m *machine, to provider.State) error {
 
 // mutate runs the common part of Configure, Drain and Delete: validation,
 // the context, fencing, ownership, then act (with the lock held).
-func (p *Provider) mutate(ctx context.Context, op provider.Op, pool, id string, f provider.Fence,
+func (p *Provider) mutate(ctx context.Context, op tideprovider.Op, pool, id string, f provider.Fence,
 	validate func() error, act func(*machine) (provider.Ack, error)) (provider.Ack, error) {
 	wrap := func(err error) error { return fmt.Errorf("%s machine %q: %w", op, id, err) }
 	if err := validate(); err != nil {

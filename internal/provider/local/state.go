@@ -11,7 +11,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/internal/atomicfile"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // recordVersion is the version of the files this package writes.
@@ -54,51 +55,13 @@ type fencesFile struct {
 	Pools   map[string]provider.Fence `json:"pools"`
 }
 
-// writeFileAtomic replaces path with data: a temporary file in the same
-// directory, synced, renamed over path, then the directory synced. A crash
-// leaves the old content or the new one, never a mix. The file is private
-// (0600): machine records hold the bootstrap blob and its join token.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // a no-op once renamed
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // writeJSON writes v to path atomically.
 func writeJSON(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, append(data, '\n'))
+	return atomicfile.WriteFile(path, append(data, '\n'))
 }
 
 // readJSON decodes path into v, refusing unknown fields.

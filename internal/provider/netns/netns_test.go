@@ -10,9 +10,9 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/netnstest"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/local"
 	"github.com/tide-project/tide/internal/provider/providertest"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 var testOffering = capacity.Offering{Type: "ns1", Kind: capacity.OnDemand, Resources: capacity.CPU(1000)}

@@ -22,8 +22,8 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/local"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // DefaultLogAddr is where a worker inside a namespace serves its logs: its

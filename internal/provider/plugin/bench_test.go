@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/plugin"
-	sdk "github.com/tide-project/tide/sdk/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // transports are the ways a benchmark reaches the sim provider: in-process,
@@ -24,7 +23,7 @@ func transports(b *testing.B) map[string]func(b *testing.B) provider.Provider {
 			return c
 		},
 		"plugin": func(b *testing.B) provider.Provider {
-			return plugin.FromSDK(startPluginB(b, "sim", "TIDE_TEST_SIM_LATENCY=1h"))
+			return startPluginB(b, "sim", "TIDE_TEST_SIM_LATENCY=1h")
 		},
 	}
 }
@@ -92,11 +91,13 @@ func BenchmarkList10K(b *testing.B) {
 // staticLister is a provider whose List returns 10,000 prepared machines:
 // it isolates the transport's cost from the provider's own.
 type staticLister struct {
-	sdk.Provider
-	ms []sdk.Machine
+	provider.Provider
+	ms []provider.Machine
 }
 
-func (s staticLister) List(context.Context, sdk.Filter) ([]sdk.Machine, error) { return s.ms, nil }
+func (s staticLister) List(context.Context, provider.Filter) ([]provider.Machine, error) {
+	return s.ms, nil
+}
 
 // BenchmarkListWireOnly10K: List of 10,000 machines from a provider that
 // answers at once, called directly (in-process) and through the SDK client
@@ -104,20 +105,20 @@ func (s staticLister) List(context.Context, sdk.Filter) ([]sdk.Machine, error) {
 // the difference is what the plugin transport adds to a List.
 func BenchmarkListWireOnly10K(b *testing.B) {
 	now := time.Now()
-	st := staticLister{ms: make([]sdk.Machine, 10_000)}
+	st := staticLister{ms: make([]provider.Machine, 10_000)}
 	for i := range st.ms {
-		st.ms[i] = sdk.Machine{ID: fmt.Sprintf("m-%05d", i), Pool: "bench", Offering: "m8/z1/on-demand", State: sdk.Idle,
+		st.ms[i] = provider.Machine{ID: fmt.Sprintf("m-%05d", i), Pool: "bench", Offering: "m8/z1/on-demand", State: provider.Idle,
 			Host: "10.0.0.1", Labels: map[string]string{"team": "bench"}, CreatedAt: now, UpdatedAt: now}
 	}
 	for _, name := range []string{"in-process", "wire"} {
 		b.Run(name, func(b *testing.B) {
-			var p provider.Provider = plugin.FromSDK(st)
+			var p provider.Provider = st
 			if name == "wire" {
-				client, err := sdk.NewClient(context.Background(), serveLoopback(b, st), 0)
+				client, err := provider.NewClient(context.Background(), serveLoopback(b, st), 0)
 				if err != nil {
 					b.Fatal(err)
 				}
-				p = plugin.FromSDK(client)
+				p = client
 			}
 			lat := make([]time.Duration, 0, b.N)
 			b.ResetTimer()

@@ -9,9 +9,9 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/providertest"
 	"github.com/tide-project/tide/internal/provider/sim"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // SimOfferings are the offerings of the sim provider served as a plugin:

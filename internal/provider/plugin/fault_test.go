@@ -17,11 +17,11 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/policy"
-	"github.com/tide-project/tide/internal/provider"
+
 	"github.com/tide-project/tide/internal/provider/plugin"
 	"github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/reconcile"
-	sdk "github.com/tide-project/tide/sdk/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 const burstPool = "burst"
@@ -116,7 +116,7 @@ func (w *workSpy) Busy(context.Context, controller.Node) (bool, error) { return 
 // receives it applies the call and then kills the plugin process with
 // SIGKILL before answering, so the call in flight is lost.
 type killOnCreate struct {
-	sdk.Provider
+	provider.Provider
 	n     int32
 	seen  atomic.Int32
 	pid   func() int
@@ -124,7 +124,7 @@ type killOnCreate struct {
 	kills atomic.Int32
 }
 
-func (k *killOnCreate) Create(ctx context.Context, r sdk.CreateRequest) (sdk.Ack, error) {
+func (k *killOnCreate) Create(ctx context.Context, r provider.CreateRequest) (provider.Ack, error) {
 	ack, err := k.Provider.Create(ctx, r)
 	if k.seen.Add(1) == k.n {
 		k.once.Do(func() {
@@ -144,12 +144,12 @@ func (k *killOnCreate) Create(ctx context.Context, r sdk.CreateRequest) (sdk.Ack
 func TestKill9PluginMidBurst(t *testing.T) {
 	cloud, clk := fakeSim(t)
 	var sub atomic.Pointer[plugin.Subprocess]
-	killer := &killOnCreate{Provider: plugin.ToSDK(cloud), n: 7, pid: func() int { return sub.Load().Pid() }}
+	killer := &killOnCreate{Provider: cloud, n: 7, pid: func() int { return sub.Load().Pid() }}
 	addr := serveAddr(t, killer)
 	s := startPlugin(t, "proxy", "TIDE_TEST_CLOUD="+addr)
 	sub.Store(s)
 	firstPid := s.Pid()
-	r := newRig(t, clk, cloud, plugin.FromSDK(s))
+	r := newRig(t, clk, cloud, s)
 	r.ctl.SetDesired(policy.Decision{Desired: 20, Reason: policy.NewReason("test", "burst of %d", 20)})
 	waitRestart := func() {
 		for i := 0; i < 500 && killer.kills.Load() > 0 && (s.Pid() == 0 || s.Pid() == firstPid); i++ {
@@ -168,14 +168,14 @@ func TestKill9PluginMidBurst(t *testing.T) {
 }
 
 // serveAddr serves p on a loopback port and returns its address.
-func serveAddr(t *testing.T, p sdk.Provider) string {
+func serveAddr(t *testing.T, p provider.Provider) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = sdk.ListenAndServe(ctx, p, "127.0.0.1:0", sdk.RemoteConfig{}, func(a net.Addr) { addrc <- a.String() })
+		_ = provider.ListenAndServe(ctx, p, "127.0.0.1:0", provider.RemoteConfig{}, func(a net.Addr) { addrc <- a.String() })
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
@@ -220,7 +220,7 @@ func TestRemoteOutageLeavesPoolAlone(t *testing.T) {
 		go func() {
 			defer close(done)
 			for i := 0; i < 100 && ctx.Err() == nil; i++ { // the port may linger briefly
-				err := sdk.ListenAndServe(ctx, plugin.ToSDK(cloud), addr, sdk.RemoteConfig{}, func(net.Addr) { close(ready) })
+				err := provider.ListenAndServe(ctx, cloud, addr, provider.RemoteConfig{}, func(net.Addr) { close(ready) })
 				if err == nil {
 					return
 				}
@@ -290,7 +290,7 @@ func TestCrashLoopBacksOff(t *testing.T) {
 	start := time.Now()
 	var transient bool
 	for time.Since(start) < 3*time.Second {
-		if _, err := plugin.FromSDK(s).List(t.Context(), provider.Filter{}); provider.IsTransient(err) {
+		if _, err := s.List(t.Context(), provider.Filter{}); provider.IsTransient(err) {
 			transient = true
 		}
 		time.Sleep(20 * time.Millisecond)

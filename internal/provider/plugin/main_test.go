@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/provider/plugin"
-	sdk "github.com/tide-project/tide/sdk/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestMain doubles as the plugin processes the tests start: with
@@ -32,12 +32,12 @@ func servePlugin(mode string) {
 	if mode == "proxy" {
 		// A plugin that fronts a cloud in another process, as real cloud
 		// plugins do: killing it loses nothing.
-		c, err := sdk.Dial(context.Background(), os.Getenv("TIDE_TEST_CLOUD"), sdk.DialConfig{})
+		c, err := provider.Dial(context.Background(), os.Getenv("TIDE_TEST_CLOUD"), provider.DialConfig{})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		sdk.Serve(c, sdk.WithInfo(sdk.Info{Name: "proxy", Version: "test"}))
+		provider.Serve(c, provider.WithInfo(provider.Info{Name: "proxy", Version: "test"}))
 		return
 	}
 	latency := pluginLatency
@@ -54,7 +54,7 @@ func servePlugin(mode string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	p := plugin.ToSDK(cloud)
+	var p provider.Provider = cloud
 	switch mode {
 	case "crash":
 		// Serve briefly, then die as a crashing plugin does.
@@ -73,18 +73,18 @@ func servePlugin(mode string) {
 		fmt.Fprintf(os.Stderr, "unknown TIDE_TEST_PLUGIN %q\n", mode)
 		os.Exit(2)
 	}
-	sdk.Serve(p, sdk.WithInfo(sdk.Info{Name: mode, Version: "test"}))
+	provider.Serve(p, provider.WithInfo(provider.Info{Name: mode, Version: "test"}))
 }
 
 // replaysTwice provisions a second machine when a Create is replayed, and
 // says it is fresh.
 type replaysTwice struct {
-	sdk.Provider
+	provider.Provider
 	mu   sync.Mutex
 	seen map[string]int
 }
 
-func (r *replaysTwice) Create(ctx context.Context, req sdk.CreateRequest) (sdk.Ack, error) {
+func (r *replaysTwice) Create(ctx context.Context, req provider.CreateRequest) (provider.Ack, error) {
 	r.mu.Lock()
 	n := r.seen[req.MachineID]
 	r.seen[req.MachineID]++
@@ -102,37 +102,37 @@ func (r *replaysTwice) Create(ctx context.Context, req sdk.CreateRequest) (sdk.A
 }
 
 // ignoresFence accepts every fence: it rewrites them all to one controller.
-type ignoresFence struct{ sdk.Provider }
+type ignoresFence struct{ provider.Provider }
 
-var anyFence = sdk.Fence{Controller: "whoever", Epoch: 1}
+var anyFence = provider.Fence{Controller: "whoever", Epoch: 1}
 
-func (p ignoresFence) Create(ctx context.Context, r sdk.CreateRequest) (sdk.Ack, error) {
+func (p ignoresFence) Create(ctx context.Context, r provider.CreateRequest) (provider.Ack, error) {
 	r.Fence = anyFence
 	return p.Provider.Create(ctx, r)
 }
 
-func (p ignoresFence) Configure(ctx context.Context, r sdk.ConfigureRequest) (sdk.Ack, error) {
+func (p ignoresFence) Configure(ctx context.Context, r provider.ConfigureRequest) (provider.Ack, error) {
 	r.Fence = anyFence
 	return p.Provider.Configure(ctx, r)
 }
 
-func (p ignoresFence) Drain(ctx context.Context, r sdk.DrainRequest) (sdk.Ack, error) {
+func (p ignoresFence) Drain(ctx context.Context, r provider.DrainRequest) (provider.Ack, error) {
 	r.Fence = anyFence
 	return p.Provider.Drain(ctx, r)
 }
 
-func (p ignoresFence) Delete(ctx context.Context, r sdk.DeleteRequest) (sdk.Ack, error) {
+func (p ignoresFence) Delete(ctx context.Context, r provider.DeleteRequest) (provider.Ack, error) {
 	r.Fence = anyFence
 	return p.Provider.Delete(ctx, r)
 }
 
 // wrongCode reports a missing machine as an internal error instead of
 // NOT_FOUND.
-type wrongCode struct{ sdk.Provider }
+type wrongCode struct{ provider.Provider }
 
-func (p wrongCode) Get(ctx context.Context, id string) (sdk.Machine, error) {
+func (p wrongCode) Get(ctx context.Context, id string) (provider.Machine, error) {
 	m, err := p.Provider.Get(ctx, id)
-	if _, ok := sdk.As[*sdk.NotFoundError](err); ok {
+	if _, ok := provider.As[*provider.NotFoundError](err); ok {
 		return m, errors.New("internal error: no row")
 	}
 	return m, err

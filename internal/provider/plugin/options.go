@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/config"
-	"github.com/tide-project/tide/internal/provider"
+
 	"github.com/tide-project/tide/internal/strictjson"
-	sdk "github.com/tide-project/tide/sdk/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Options are the settings of a `provider: {type: plugin, options: {...}}`:
@@ -134,9 +134,10 @@ func ReadToken(path string) (string, error) {
 	return tok, nil
 }
 
-// OpenSDK starts (command) or dials (address) the plugin o names and returns
-// it as an SDK Provider with the means to stop it.
-func OpenSDK(ctx context.Context, o Options, log *slog.Logger) (sdk.Provider, io.Closer, error) {
+// Open starts (command) or dials (address) the plugin o names and returns
+// it as a Provider with the means to stop it: what a pool with
+// `provider: {type: plugin}` runs on.
+func Open(ctx context.Context, o Options, log *slog.Logger) (provider.Provider, io.Closer, error) {
 	if len(o.Command) > 0 {
 		s, err := StartSubprocess(SubprocessConfig{Command: o.Command, Env: o.Env, Logger: log,
 			CallTimeout: time.Duration(o.CallTimeout)})
@@ -145,7 +146,7 @@ func OpenSDK(ctx context.Context, o Options, log *slog.Logger) (sdk.Provider, io
 		}
 		return s, s, nil
 	}
-	dc := sdk.DialConfig{CallTimeout: time.Duration(o.CallTimeout)}
+	dc := provider.DialConfig{CallTimeout: time.Duration(o.CallTimeout)}
 	if o.TLS != nil {
 		t, err := o.TLS.ClientTLS()
 		if err != nil {
@@ -160,19 +161,9 @@ func OpenSDK(ctx context.Context, o Options, log *slog.Logger) (sdk.Provider, io
 		}
 		dc.Token = tok
 	}
-	c, err := sdk.Dial(ctx, o.Address, dc)
+	c, err := provider.Dial(ctx, o.Address, dc)
 	if err != nil {
 		return nil, nil, err
 	}
 	return c, c, nil
-}
-
-// Open is OpenSDK for tide's internal provider interface: what a pool with
-// `provider: {type: plugin}` runs on.
-func Open(ctx context.Context, o Options, log *slog.Logger) (provider.Provider, io.Closer, error) {
-	p, c, err := OpenSDK(ctx, o, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	return FromSDK(p), c, nil
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -15,11 +16,11 @@ import (
 
 	pb "github.com/tide-project/tide/api/provider/v1"
 	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/provider"
+
 	"github.com/tide-project/tide/internal/provider/plugin"
 	"github.com/tide-project/tide/internal/provider/providertest"
 	"github.com/tide-project/tide/internal/provider/sim"
-	sdk "github.com/tide-project/tide/sdk/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -41,14 +42,14 @@ func fakeSim(t *testing.T) (*sim.Cloud, *clock.Fake) {
 }
 
 // serveLoopback serves p on a loopback port and returns a client conn.
-func serveLoopback(t testing.TB, p sdk.Provider, opts ...sdk.ServerOption) *grpc.ClientConn {
+func serveLoopback(t testing.TB, p provider.Provider, opts ...provider.ServerOption) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	sdk.Register(g, p, opts...)
+	provider.Register(g, p, opts...)
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -59,27 +60,17 @@ func serveLoopback(t testing.TB, p sdk.Provider, opts ...sdk.ServerOption) *grpc
 	return conn
 }
 
-// TestConformanceThroughSDKAdapters: the sim provider, converted to the
-// public SDK interface and back, keeps the contract (in-process).
-func TestConformanceThroughSDKAdapters(t *testing.T) {
-	providertest.Run(t, func(t *testing.T) providertest.Harness {
-		c, clk := fakeSim(t)
-		return providertest.Harness{Provider: plugin.FromSDK(plugin.ToSDK(c)), Offering: "m8/z1/on-demand",
-			Settle: func() { clk.Advance(time.Hour) }, Creates: c.Provisions}
-	})
-}
-
 // TestConformanceOverGRPC: the sim provider served over gRPC on loopback
 // and called through the SDK client keeps the contract, the provisioning
 // ledger included (fake clock: deterministic).
 func TestConformanceOverGRPC(t *testing.T) {
 	providertest.Run(t, func(t *testing.T) providertest.Harness {
 		c, clk := fakeSim(t)
-		client, err := sdk.NewClient(t.Context(), serveLoopback(t, plugin.ToSDK(c)), 0)
+		client, err := provider.NewClient(t.Context(), serveLoopback(t, c), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return providertest.Harness{Provider: plugin.FromSDK(client), Offering: "m8/z1/on-demand",
+		return providertest.Harness{Provider: client, Offering: "m8/z1/on-demand",
 			Settle: func() { clk.Advance(time.Hour) }, Creates: c.Provisions}
 	})
 }
@@ -120,8 +111,14 @@ func failures(rs []providertest.Result) []string {
 // subprocess (real clock) passes the whole suite through Check, the runner
 // of `tide provider test`.
 func TestConformanceSubprocessPlugin(t *testing.T) {
-	s := startPlugin(t, "sim")
-	rs, err := plugin.Conform(t.Context(), plugin.FromSDK(s), "", 20*time.Second, time.Minute)
+	conforms(t, startPlugin(t, "sim"))
+}
+
+// conforms runs the whole conformance suite on p (real clock) and fails the
+// test on any failure.
+func conforms(t *testing.T, p provider.Provider) {
+	t.Helper()
+	rs, err := plugin.Conform(t.Context(), p, "", 20*time.Second, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +141,7 @@ func TestConformanceFailsBrokenPlugins(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
 			s := startPlugin(t, tt.mode)
-			rs, err := plugin.Conform(t.Context(), plugin.FromSDK(s), "", 20*time.Second, time.Minute)
+			rs, err := plugin.Conform(t.Context(), s, "", 20*time.Second, time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,7 +177,7 @@ func TestHandshakeRefusesUnknownMajor(t *testing.T) {
 	pb.RegisterProviderServer(g, versionServer{major: 2})
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
-	_, err = sdk.Dial(t.Context(), lis.Addr().String(), sdk.DialConfig{})
+	_, err = provider.Dial(t.Context(), lis.Addr().String(), provider.DialConfig{})
 	if err == nil || !strings.Contains(err.Error(), "protocol v2.0") || !strings.Contains(err.Error(), "v1") {
 		t.Fatalf("Dial of a v2 plugin = %v, want a refusal naming both versions", err)
 	}
@@ -206,11 +203,11 @@ func TestTypedErrorsCrossTheWire(t *testing.T) {
 		{provider.NewTransient(nil, 2*time.Second), provider.KindTransient},
 	}
 	for _, tt := range tests {
-		client, err := sdk.NewClient(t.Context(), serveLoopback(t, plugin.ToSDK(failing{err: tt.err})), 0)
+		client, err := provider.NewClient(t.Context(), serveLoopback(t, failing{err: tt.err}), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, got := plugin.FromSDK(client).Get(t.Context(), "m1")
+		_, got := client.Get(t.Context(), "m1")
 		if provider.Kind(got) != tt.kind {
 			t.Errorf("%v came back as %v (kind %s), want kind %s", tt.err, got, provider.Kind(got), tt.kind)
 			continue
@@ -229,4 +226,35 @@ type failing struct {
 
 func (f failing) Get(context.Context, string) (provider.Machine, error) {
 	return provider.Machine{}, f.err
+}
+
+// createRecorder keeps the last CreateRequest it was given.
+type createRecorder struct {
+	provider.Provider
+	got provider.CreateRequest
+}
+
+func (r *createRecorder) Create(ctx context.Context, req provider.CreateRequest) (provider.Ack, error) {
+	r.got = req
+	return r.Provider.Create(ctx, req)
+}
+
+// TestCreateCarriesBootstrapOverTheWire: every field of the one
+// CreateRequest reaches the plugin, the boot blob of a machine that joins
+// from its user data included.
+func TestCreateCarriesBootstrapOverTheWire(t *testing.T) {
+	c, _ := fakeSim(t)
+	rec := &createRecorder{Provider: c}
+	client, err := provider.NewClient(t.Context(), serveLoopback(t, rec), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := provider.CreateRequest{Fence: provider.Fence{Controller: "c", Epoch: 1, Seq: 2}, Pool: "p", MachineID: "p-1",
+		Offering: "m8/z1/on-demand", Labels: map[string]string{"k": "v"}, Bootstrap: []byte(`{"head":"https://h"}`)}
+	if _, err := client.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rec.got, req) {
+		t.Fatalf("the plugin got %+v, want %+v", rec.got, req)
+	}
 }

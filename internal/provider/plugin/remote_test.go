@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/plugin"
 	"github.com/tide-project/tide/internal/provider/plugin/plugintest"
-	sdk "github.com/tide-project/tide/sdk/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 func newPKI(t *testing.T) plugintest.PKI {
@@ -25,7 +24,7 @@ func newPKI(t *testing.T) plugintest.PKI {
 }
 
 // serveRemote serves the sim provider (real clock) as a remote plugin.
-func serveRemote(t *testing.T, cfg sdk.RemoteConfig) string {
+func serveRemote(t *testing.T, cfg provider.RemoteConfig) string {
 	t.Helper()
 	cloud, err := plugin.NewSim(nil, pluginLatency, 1)
 	if err != nil {
@@ -36,7 +35,7 @@ func serveRemote(t *testing.T, cfg sdk.RemoteConfig) string {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = sdk.ListenAndServe(ctx, plugin.ToSDK(cloud), "127.0.0.1:0", cfg, func(a net.Addr) { addrc <- a.String() })
+		_ = provider.ListenAndServe(ctx, cloud, "127.0.0.1:0", cfg, func(a net.Addr) { addrc <- a.String() })
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return <-addrc
@@ -52,7 +51,7 @@ func TestConformanceRemoteMTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := serveRemote(t, sdk.RemoteConfig{TLS: stls})
+	addr := serveRemote(t, provider.RemoteConfig{TLS: stls})
 
 	p, closer, err := plugin.Open(t.Context(), plugin.Options{Address: addr,
 		TLS: &plugin.TLSFiles{CAFile: k.CA, CertFile: k.ClientCert, KeyFile: k.ClientKey}}, nil)
@@ -85,7 +84,7 @@ func TestConformanceRemoteMTLS(t *testing.T) {
 // TestRemoteBearerToken: a remote plugin with a token refuses calls
 // without it or with another one, and serves calls that carry it.
 func TestRemoteBearerToken(t *testing.T) {
-	addr := serveRemote(t, sdk.RemoteConfig{Token: "s3cret-token"})
+	addr := serveRemote(t, provider.RemoteConfig{Token: "s3cret-token"})
 	dir := t.TempDir()
 	for tok, ok := range map[string]bool{"s3cret-token": true, "wrong": false} {
 		path := filepath.Join(dir, tok)

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tide-project/tide/api/provider/v1"
-	sdk "github.com/tide-project/tide/sdk/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 const secToken = "plugin-s3cret-0123456789"
@@ -27,7 +27,7 @@ const secToken = "plugin-s3cret-0123456789"
 // connection that sends no credentials of its own.
 func secPlugin(t *testing.T, timeout time.Duration) (string, pb.ProviderClient) {
 	t.Helper()
-	addr := serveRemote(t, sdk.RemoteConfig{Token: secToken, HandshakeTimeout: timeout, IdleTimeout: timeout})
+	addr := serveRemote(t, provider.RemoteConfig{Token: secToken, HandshakeTimeout: timeout, IdleTimeout: timeout})
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
-	sdk "github.com/tide-project/tide/sdk/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // SubprocessConfig says which plugin to start and how to supervise it.
@@ -31,7 +31,7 @@ type SubprocessConfig struct {
 	// StartTimeout bounds the handshake (default 30s).
 	StartTimeout time.Duration
 	// CallTimeout bounds a call whose context has no deadline (default
-	// sdk.DefaultCallTimeout).
+	// provider.DefaultCallTimeout).
 	CallTimeout time.Duration
 	// Logger receives the supervisor's events and the plugin's stderr.
 	Logger *slog.Logger
@@ -46,7 +46,7 @@ var ErrClosed = errors.New("provider plugin: closed")
 // running: when it exits (a crash, kill -9) it is restarted with backoff.
 // Meanwhile calls fail fast with a TransientError and nothing else happens:
 // the pool keeps its machines (static stability), and the controller's next
-// List after the restart adopts them. Subprocess is an sdk.Provider.
+// List after the restart adopts them. Subprocess is an provider.Provider.
 type Subprocess struct {
 	cfg  SubprocessConfig
 	log  *slog.Logger
@@ -55,7 +55,7 @@ type Subprocess struct {
 
 	mu       sync.Mutex
 	gp       *goplugin.Client
-	client   *sdk.Client
+	client   *provider.Client
 	pid      int
 	restarts int
 	closed   bool
@@ -89,7 +89,7 @@ func StartSubprocess(cfg SubprocessConfig) (*Subprocess, error) {
 	return s, nil
 }
 
-func (s *Subprocess) start() (*goplugin.Client, *sdk.Client, error) {
+func (s *Subprocess) start() (*goplugin.Client, *provider.Client, error) {
 	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
 	cmd.Env = append(cmd.Environ(), s.cfg.Env...)
 	stderr := io.Writer(slogWriter{s.log})
@@ -97,12 +97,12 @@ func (s *Subprocess) start() (*goplugin.Client, *sdk.Client, error) {
 		stderr = io.MultiWriter(stderr, s.cfg.Stderr)
 	}
 	gp := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig:  sdk.Handshake,
-		Plugins:          goplugin.PluginSet{sdk.PluginName: &sdk.GRPCPlugin{CallTimeout: s.cfg.CallTimeout}},
+		HandshakeConfig:  provider.Handshake,
+		Plugins:          goplugin.PluginSet{provider.PluginName: &provider.GRPCPlugin{CallTimeout: s.cfg.CallTimeout}},
 		Cmd:              cmd,
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		StartTimeout:     s.cfg.StartTimeout,
-		GRPCDialOptions:  []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(sdk.MaxMessageSize))},
+		GRPCDialOptions:  []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(provider.MaxMessageSize))},
 		Stderr:           stderr,
 		Logger:           hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Off}),
 	})
@@ -111,12 +111,12 @@ func (s *Subprocess) start() (*goplugin.Client, *sdk.Client, error) {
 		gp.Kill()
 		return nil, nil, fmt.Errorf("provider plugin %s: start: %w", s.cfg.Command[0], err)
 	}
-	raw, err := rpc.Dispense(sdk.PluginName)
+	raw, err := rpc.Dispense(provider.PluginName)
 	if err != nil {
 		gp.Kill()
 		return nil, nil, fmt.Errorf("provider plugin %s: %w", s.cfg.Command[0], err)
 	}
-	c := raw.(*sdk.Client)
+	c := raw.(*provider.Client)
 	name, version, _ := c.Info()
 	s.log.Info("provider plugin started", "name", name, "version", version, "pid", pidOf(gp))
 	return gp, c, nil
@@ -129,7 +129,7 @@ func pidOf(gp *goplugin.Client) int {
 	return 0
 }
 
-func (s *Subprocess) set(gp *goplugin.Client, c *sdk.Client) {
+func (s *Subprocess) set(gp *goplugin.Client, c *provider.Client) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gp, s.client, s.pid = gp, c, 0
@@ -225,19 +225,19 @@ func (s *Subprocess) Close() error {
 	return nil
 }
 
-func (s *Subprocess) current() (*sdk.Client, error) {
+func (s *Subprocess) current() (*provider.Client, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrClosed
 	}
 	if s.client == nil {
-		return nil, sdk.NewTransient(errors.New("provider plugin is restarting"), s.cfg.MinBackoff)
+		return nil, provider.NewTransient(errors.New("provider plugin is restarting"), s.cfg.MinBackoff)
 	}
 	return s.client, nil
 }
 
-func call[T any](s *Subprocess, fn func(c *sdk.Client) (T, error)) (T, error) {
+func call[T any](s *Subprocess, fn func(c *provider.Client) (T, error)) (T, error) {
 	c, err := s.current()
 	if err != nil {
 		var zero T
@@ -246,39 +246,39 @@ func call[T any](s *Subprocess, fn func(c *sdk.Client) (T, error)) (T, error) {
 	return fn(c)
 }
 
-// Offerings implements sdk.Provider.
-func (s *Subprocess) Offerings(ctx context.Context) ([]sdk.Offering, error) {
-	return call(s, func(c *sdk.Client) ([]sdk.Offering, error) { return c.Offerings(ctx) })
+// Offerings implements provider.Provider.
+func (s *Subprocess) Offerings(ctx context.Context) ([]provider.Offering, error) {
+	return call(s, func(c *provider.Client) ([]provider.Offering, error) { return c.Offerings(ctx) })
 }
 
-// Create implements sdk.Provider.
-func (s *Subprocess) Create(ctx context.Context, r sdk.CreateRequest) (sdk.Ack, error) {
-	return call(s, func(c *sdk.Client) (sdk.Ack, error) { return c.Create(ctx, r) })
+// Create implements provider.Provider.
+func (s *Subprocess) Create(ctx context.Context, r provider.CreateRequest) (provider.Ack, error) {
+	return call(s, func(c *provider.Client) (provider.Ack, error) { return c.Create(ctx, r) })
 }
 
-// Configure implements sdk.Provider.
-func (s *Subprocess) Configure(ctx context.Context, r sdk.ConfigureRequest) (sdk.Ack, error) {
-	return call(s, func(c *sdk.Client) (sdk.Ack, error) { return c.Configure(ctx, r) })
+// Configure implements provider.Provider.
+func (s *Subprocess) Configure(ctx context.Context, r provider.ConfigureRequest) (provider.Ack, error) {
+	return call(s, func(c *provider.Client) (provider.Ack, error) { return c.Configure(ctx, r) })
 }
 
-// Drain implements sdk.Provider.
-func (s *Subprocess) Drain(ctx context.Context, r sdk.DrainRequest) (sdk.Ack, error) {
-	return call(s, func(c *sdk.Client) (sdk.Ack, error) { return c.Drain(ctx, r) })
+// Drain implements provider.Provider.
+func (s *Subprocess) Drain(ctx context.Context, r provider.DrainRequest) (provider.Ack, error) {
+	return call(s, func(c *provider.Client) (provider.Ack, error) { return c.Drain(ctx, r) })
 }
 
-// Delete implements sdk.Provider.
-func (s *Subprocess) Delete(ctx context.Context, r sdk.DeleteRequest) (sdk.Ack, error) {
-	return call(s, func(c *sdk.Client) (sdk.Ack, error) { return c.Delete(ctx, r) })
+// Delete implements provider.Provider.
+func (s *Subprocess) Delete(ctx context.Context, r provider.DeleteRequest) (provider.Ack, error) {
+	return call(s, func(c *provider.Client) (provider.Ack, error) { return c.Delete(ctx, r) })
 }
 
-// Get implements sdk.Provider.
-func (s *Subprocess) Get(ctx context.Context, id string) (sdk.Machine, error) {
-	return call(s, func(c *sdk.Client) (sdk.Machine, error) { return c.Get(ctx, id) })
+// Get implements provider.Provider.
+func (s *Subprocess) Get(ctx context.Context, id string) (provider.Machine, error) {
+	return call(s, func(c *provider.Client) (provider.Machine, error) { return c.Get(ctx, id) })
 }
 
-// List implements sdk.Provider.
-func (s *Subprocess) List(ctx context.Context, f sdk.Filter) ([]sdk.Machine, error) {
-	return call(s, func(c *sdk.Client) ([]sdk.Machine, error) { return c.List(ctx, f) })
+// List implements provider.Provider.
+func (s *Subprocess) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
+	return call(s, func(c *provider.Client) ([]provider.Machine, error) { return c.List(ctx, f) })
 }
 
 // slogWriter logs each write (a line of the plugin's stderr) at Info.

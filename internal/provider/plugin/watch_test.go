@@ -14,30 +14,30 @@ import (
 
 	pb "github.com/tide-project/tide/api/provider/v1"
 	"github.com/tide-project/tide/internal/provider/plugin"
-	sdk "github.com/tide-project/tide/sdk/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestWatchStreamsChanges: Watch sends the pool's snapshot, then each state
 // change of a machine, and its disappearance.
 func TestWatchStreamsChanges(t *testing.T) {
 	c, clk := fakeSim(t)
-	client, err := sdk.NewClient(t.Context(), serveLoopback(t, plugin.ToSDK(c), sdk.WithWatchInterval(5*time.Millisecond)), 0)
+	client, err := provider.NewClient(t.Context(), serveLoopback(t, c, provider.WithWatchInterval(5*time.Millisecond)), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, caps := client.Info(); len(caps) == 0 || caps[0] != sdk.CapabilityWatch {
+	if _, _, caps := client.Info(); len(caps) == 0 || caps[0] != provider.CapabilityWatch {
 		t.Fatalf("capabilities %v, want watch", caps)
 	}
-	f := sdk.Fence{Controller: "w", Epoch: 1}
-	if _, err := client.Create(t.Context(), sdk.CreateRequest{Fence: f, Pool: "p", MachineID: "m0", Offering: "m8/z1/on-demand"}); err != nil {
+	f := provider.Fence{Controller: "w", Epoch: 1}
+	if _, err := client.Create(t.Context(), provider.CreateRequest{Fence: f, Pool: "p", MachineID: "m0", Offering: "m8/z1/on-demand"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	changes := make(chan sdk.Change, 64)
+	changes := make(chan provider.Change, 64)
 	done := make(chan error, 1)
-	go func() { done <- client.Watch(ctx, "p", func(ch sdk.Change) { changes <- ch }) }()
-	want := func(id string, state sdk.State, gone bool) {
+	go func() { done <- client.Watch(ctx, "p", func(ch provider.Change) { changes <- ch }) }()
+	want := func(id string, state provider.State, gone bool) {
 		t.Helper()
 		timeout := time.After(10 * time.Second)
 		for {
@@ -51,19 +51,19 @@ func TestWatchStreamsChanges(t *testing.T) {
 			}
 		}
 	}
-	want("m0", sdk.Creating, false) // the snapshot
-	if _, err := client.Create(t.Context(), sdk.CreateRequest{Fence: f, Pool: "p", MachineID: "m1", Offering: "m8/z1/on-demand"}); err != nil {
+	want("m0", provider.Creating, false) // the snapshot
+	if _, err := client.Create(t.Context(), provider.CreateRequest{Fence: f, Pool: "p", MachineID: "m1", Offering: "m8/z1/on-demand"}); err != nil {
 		t.Fatal(err)
 	}
-	want("m1", sdk.Creating, false)
+	want("m1", provider.Creating, false)
 	clk.Advance(time.Hour)
-	want("m1", sdk.Idle, false)
-	if _, err := client.Delete(t.Context(), sdk.DeleteRequest{Fence: f, Pool: "p", MachineID: "m1"}); err != nil {
+	want("m1", provider.Idle, false)
+	if _, err := client.Delete(t.Context(), provider.DeleteRequest{Fence: f, Pool: "p", MachineID: "m1"}); err != nil {
 		t.Fatal(err)
 	}
-	want("m1", sdk.Deleting, false)
+	want("m1", provider.Deleting, false)
 	clk.Advance(time.Hour)
-	want("m1", sdk.Deleting, true)
+	want("m1", provider.Deleting, true)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Watch ended with %v after cancel, want nil", err)
@@ -83,7 +83,7 @@ func FuzzCreateRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	srv := sdk.NewServer(plugin.ToSDK(cloud))
+	srv := provider.NewServer(cloud)
 	allowed := map[codes.Code]bool{codes.InvalidArgument: true, codes.NotFound: true, codes.FailedPrecondition: true,
 		codes.Aborted: true, codes.ResourceExhausted: true, codes.Unavailable: true}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -133,16 +133,16 @@ func TestBadRepliesNameTheField(t *testing.T) {
 	pb.RegisterProviderServer(g, badReplies{})
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
-	c, err := sdk.Dial(t.Context(), lis.Addr().String(), sdk.DialConfig{})
+	c, err := provider.Dial(t.Context(), lis.Addr().String(), provider.DialConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.List(t.Context(), sdk.Filter{}); err == nil || !strings.Contains(err.Error(), "machines[1].state") {
+	if _, err := c.List(t.Context(), provider.Filter{}); err == nil || !strings.Contains(err.Error(), "machines[1].state") {
 		t.Fatalf("List with an unknown state = %v, want an error naming machines[1].state", err)
 	}
-	_, err = c.Create(t.Context(), sdk.CreateRequest{})
-	if e, ok := sdk.As[*sdk.ReplyError](err); !ok || e.Field != "ack.state" {
+	_, err = c.Create(t.Context(), provider.CreateRequest{})
+	if e, ok := provider.As[*provider.ReplyError](err); !ok || e.Field != "ack.state" {
 		t.Fatalf("Create acked without a state = %v, want a ReplyError on ack.state", err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Result is the outcome of one conformance subtest run by Check.

@@ -10,7 +10,8 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Faults are what a Faulty provider injects; the zero value injects
@@ -167,7 +168,7 @@ func (f *Faulty) roll(fence provider.Fence, pool string) outcome {
 }
 
 // run applies o around call.
-func run[T any](ctx context.Context, o outcome, op provider.Op, call func() (T, error)) (T, error) {
+func run[T any](ctx context.Context, o outcome, op tideprovider.Op, call func() (T, error)) (T, error) {
 	var zero T
 	if o.after {
 		v, err := call()
@@ -188,7 +189,7 @@ func run[T any](ctx context.Context, o outcome, op provider.Op, call func() (T, 
 // Offerings forwards (with faults).
 func (f *Faulty) Offerings(ctx context.Context) ([]capacity.Offering, error) {
 	f.reclaim(ctx)
-	return run(ctx, f.roll(provider.Fence{}, ""), provider.OpOfferings, func() ([]capacity.Offering, error) { return f.next.Offerings(ctx) })
+	return run(ctx, f.roll(provider.Fence{}, ""), tideprovider.OpOfferings, func() ([]capacity.Offering, error) { return f.next.Offerings(ctx) })
 }
 
 // Create forwards (with faults); a fresh machine may be refused by the
@@ -196,7 +197,7 @@ func (f *Faulty) Offerings(ctx context.Context) ([]capacity.Offering, error) {
 func (f *Faulty) Create(ctx context.Context, req provider.CreateRequest) (provider.Ack, error) {
 	f.reclaim(ctx)
 	o := f.roll(req.Fence, req.Pool)
-	return run(ctx, o, provider.OpCreate, func() (provider.Ack, error) {
+	return run(ctx, o, tideprovider.OpCreate, func() (provider.Ack, error) {
 		if _, err := f.next.Get(ctx, req.MachineID); provider.IsNotFound(err) {
 			if err := f.refuse(ctx, req); err != nil {
 				return provider.Ack{}, err
@@ -251,19 +252,19 @@ func (f *Faulty) refuse(ctx context.Context, req provider.CreateRequest) error {
 // Configure forwards (with faults).
 func (f *Faulty) Configure(ctx context.Context, req provider.ConfigureRequest) (provider.Ack, error) {
 	f.reclaim(ctx)
-	return run(ctx, f.roll(req.Fence, req.Pool), provider.OpConfigure, func() (provider.Ack, error) { return f.next.Configure(ctx, req) })
+	return run(ctx, f.roll(req.Fence, req.Pool), tideprovider.OpConfigure, func() (provider.Ack, error) { return f.next.Configure(ctx, req) })
 }
 
 // Drain forwards (with faults).
 func (f *Faulty) Drain(ctx context.Context, req provider.DrainRequest) (provider.Ack, error) {
 	f.reclaim(ctx)
-	return run(ctx, f.roll(req.Fence, req.Pool), provider.OpDrain, func() (provider.Ack, error) { return f.next.Drain(ctx, req) })
+	return run(ctx, f.roll(req.Fence, req.Pool), tideprovider.OpDrain, func() (provider.Ack, error) { return f.next.Drain(ctx, req) })
 }
 
 // Delete forwards (with faults).
 func (f *Faulty) Delete(ctx context.Context, req provider.DeleteRequest) (provider.Ack, error) {
 	f.reclaim(ctx)
-	return run(ctx, f.roll(req.Fence, req.Pool), provider.OpDelete, func() (provider.Ack, error) { return f.next.Delete(ctx, req) })
+	return run(ctx, f.roll(req.Fence, req.Pool), tideprovider.OpDelete, func() (provider.Ack, error) { return f.next.Delete(ctx, req) })
 }
 
 // noticed returns m with its interruption notice, if any.
@@ -282,7 +283,7 @@ func (f *Faulty) noticed(m provider.Machine) provider.Machine {
 // Get forwards (with faults) and shows interruption notices.
 func (f *Faulty) Get(ctx context.Context, id string) (provider.Machine, error) {
 	f.reclaim(ctx)
-	m, err := run(ctx, f.roll(provider.Fence{}, ""), provider.OpGet, func() (provider.Machine, error) { return f.next.Get(ctx, id) })
+	m, err := run(ctx, f.roll(provider.Fence{}, ""), tideprovider.OpGet, func() (provider.Machine, error) { return f.next.Get(ctx, id) })
 	if err != nil {
 		return m, err
 	}
@@ -292,7 +293,7 @@ func (f *Faulty) Get(ctx context.Context, id string) (provider.Machine, error) {
 // List forwards (with faults) and shows interruption notices.
 func (f *Faulty) List(ctx context.Context, flt provider.Filter) ([]provider.Machine, error) {
 	f.reclaim(ctx)
-	ms, err := run(ctx, f.roll(provider.Fence{}, flt.Pool), provider.OpList, func() ([]provider.Machine, error) { return f.next.List(ctx, flt) })
+	ms, err := run(ctx, f.roll(provider.Fence{}, flt.Pool), tideprovider.OpList, func() ([]provider.Machine, error) { return f.next.List(ctx, flt) })
 	for i := range ms {
 		ms[i] = f.noticed(ms[i])
 	}

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/providertest"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestFaultyConformance: with no faults set, the wrapper keeps the

@@ -6,12 +6,13 @@ import (
 	"sync"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Call is one call that went through a Recorder.
 type Call struct {
-	Op provider.Op
+	Op tideprovider.Op
 	// Pool and MachineID are those of the request (Pool is the filter's
 	// pool for List; both are empty for Offerings).
 	Pool      string
@@ -34,7 +35,7 @@ type Recorder struct {
 
 	mu     sync.Mutex
 	calls  []Call
-	inject map[provider.Op][]error
+	inject map[tideprovider.Op][]error
 
 	// Before, when set, sees every call before it is forwarded; a non-nil
 	// error is returned to the caller and the call is not forwarded (a
@@ -49,19 +50,19 @@ var _ provider.Provider = (*Recorder)(nil)
 
 // NewRecorder wraps p.
 func NewRecorder(p provider.Provider) *Recorder {
-	return &Recorder{next: p, inject: map[provider.Op][]error{}}
+	return &Recorder{next: p, inject: map[tideprovider.Op][]error{}}
 }
 
 // FailNext makes the next call of op return err without reaching the wrapped
 // provider; queued errors are used in order.
-func (r *Recorder) FailNext(op provider.Op, err error) {
+func (r *Recorder) FailNext(op tideprovider.Op, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inject[op] = append(r.inject[op], err)
 }
 
 // Calls returns the calls so far, oldest first; with ops, only those operations.
-func (r *Recorder) Calls(ops ...provider.Op) []Call {
+func (r *Recorder) Calls(ops ...tideprovider.Op) []Call {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(ops) == 0 {
@@ -81,7 +82,7 @@ func (r *Recorder) Reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = nil
-	r.inject = map[provider.Op][]error{}
+	r.inject = map[tideprovider.Op][]error{}
 }
 
 // intercept decides whether c is forwarded; it returns the error to answer
@@ -124,39 +125,39 @@ func do[T any](r *Recorder, c Call, call func() (T, error)) (T, error) {
 
 // Offerings forwards to the wrapped provider.
 func (r *Recorder) Offerings(ctx context.Context) ([]capacity.Offering, error) {
-	return do(r, Call{Op: provider.OpOfferings}, func() ([]capacity.Offering, error) { return r.next.Offerings(ctx) })
+	return do(r, Call{Op: tideprovider.OpOfferings}, func() ([]capacity.Offering, error) { return r.next.Offerings(ctx) })
 }
 
 // Create forwards to the wrapped provider.
 func (r *Recorder) Create(ctx context.Context, req provider.CreateRequest) (provider.Ack, error) {
-	c := Call{Op: provider.OpCreate, Pool: req.Pool, MachineID: req.MachineID, Fence: req.Fence}
+	c := Call{Op: tideprovider.OpCreate, Pool: req.Pool, MachineID: req.MachineID, Fence: req.Fence}
 	return do(r, c, func() (provider.Ack, error) { return r.next.Create(ctx, req) })
 }
 
 // Configure forwards to the wrapped provider.
 func (r *Recorder) Configure(ctx context.Context, req provider.ConfigureRequest) (provider.Ack, error) {
-	c := Call{Op: provider.OpConfigure, Pool: req.Pool, MachineID: req.MachineID, Fence: req.Fence}
+	c := Call{Op: tideprovider.OpConfigure, Pool: req.Pool, MachineID: req.MachineID, Fence: req.Fence}
 	return do(r, c, func() (provider.Ack, error) { return r.next.Configure(ctx, req) })
 }
 
 // Drain forwards to the wrapped provider.
 func (r *Recorder) Drain(ctx context.Context, req provider.DrainRequest) (provider.Ack, error) {
-	c := Call{Op: provider.OpDrain, Pool: req.Pool, MachineID: req.MachineID, Fence: req.Fence}
+	c := Call{Op: tideprovider.OpDrain, Pool: req.Pool, MachineID: req.MachineID, Fence: req.Fence}
 	return do(r, c, func() (provider.Ack, error) { return r.next.Drain(ctx, req) })
 }
 
 // Delete forwards to the wrapped provider.
 func (r *Recorder) Delete(ctx context.Context, req provider.DeleteRequest) (provider.Ack, error) {
-	c := Call{Op: provider.OpDelete, Pool: req.Pool, MachineID: req.MachineID, Fence: req.Fence}
+	c := Call{Op: tideprovider.OpDelete, Pool: req.Pool, MachineID: req.MachineID, Fence: req.Fence}
 	return do(r, c, func() (provider.Ack, error) { return r.next.Delete(ctx, req) })
 }
 
 // Get forwards to the wrapped provider.
 func (r *Recorder) Get(ctx context.Context, id string) (provider.Machine, error) {
-	return do(r, Call{Op: provider.OpGet, MachineID: id}, func() (provider.Machine, error) { return r.next.Get(ctx, id) })
+	return do(r, Call{Op: tideprovider.OpGet, MachineID: id}, func() (provider.Machine, error) { return r.next.Get(ctx, id) })
 }
 
 // List forwards to the wrapped provider.
 func (r *Recorder) List(ctx context.Context, f provider.Filter) ([]provider.Machine, error) {
-	return do(r, Call{Op: provider.OpList, Pool: f.Pool}, func() ([]provider.Machine, error) { return r.next.List(ctx, f) })
+	return do(r, Call{Op: tideprovider.OpList, Pool: f.Pool}, func() ([]provider.Machine, error) { return r.next.List(ctx, f) })
 }

@@ -4,8 +4,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/providertest"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 func TestRecorderConformance(t *testing.T) {
@@ -22,20 +23,20 @@ func TestRecorderLogsAndInjects(t *testing.T) {
 	req := provider.CreateRequest{Fence: f, Pool: "p", MachineID: "m1", Offering: offering}
 
 	crash := errors.New("controller crashed")
-	r.FailNext(provider.OpCreate, provider.NewTransient(errors.New("throttled"), 0))
+	r.FailNext(tideprovider.OpCreate, provider.NewTransient(errors.New("throttled"), 0))
 	if _, err := r.Create(ctx, req); !provider.IsTransient(err) {
 		t.Fatalf("first Create = %v, want the injected transient error", err)
 	}
 	if _, err := h.Provider.Get(ctx, "m1"); !provider.IsNotFound(err) {
 		t.Fatalf("an injected error reached the provider: Get = %v", err)
 	}
-	var after []provider.Op
+	var after []tideprovider.Op
 	r.After = func(c providertest.Call) { after = append(after, c.Op) }
 	if _, err := r.Create(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	r.Before = func(c providertest.Call) error {
-		if c.Op == provider.OpDelete {
+		if c.Op == tideprovider.OpDelete {
 			return crash
 		}
 		return nil
@@ -48,14 +49,14 @@ func TestRecorderLogsAndInjects(t *testing.T) {
 	}
 	calls := r.Calls()
 	want := []struct {
-		op        provider.Op
+		op        tideprovider.Op
 		forwarded bool
 		failed    bool
 	}{
-		{provider.OpCreate, false, true},
-		{provider.OpCreate, true, false},
-		{provider.OpDelete, false, true},
-		{provider.OpGet, true, false},
+		{tideprovider.OpCreate, false, true},
+		{tideprovider.OpCreate, true, false},
+		{tideprovider.OpDelete, false, true},
+		{tideprovider.OpGet, true, false},
 	}
 	if len(calls) != len(want) {
 		t.Fatalf("%d calls logged, want %d: %+v", len(calls), len(want), calls)
@@ -69,10 +70,10 @@ func TestRecorderLogsAndInjects(t *testing.T) {
 	if calls[1].Fence != f || calls[1].Pool != "p" {
 		t.Errorf("call 1 fence/pool = %s/%s", calls[1].Fence, calls[1].Pool)
 	}
-	if got := r.Calls(provider.OpCreate); len(got) != 2 {
+	if got := r.Calls(tideprovider.OpCreate); len(got) != 2 {
 		t.Errorf("Calls(create) = %d calls, want 2", len(got))
 	}
-	if len(after) != 2 || after[0] != provider.OpCreate || after[1] != provider.OpGet {
+	if len(after) != 2 || after[0] != tideprovider.OpCreate || after[1] != tideprovider.OpGet {
 		t.Errorf("After saw %v, want the two forwarded calls [create get]", after)
 	}
 	r.Reset()

@@ -11,9 +11,9 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/providertest"
 	"github.com/tide-project/tide/internal/provider/sim"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

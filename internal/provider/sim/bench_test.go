@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/sim"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // BenchmarkPoolStep measures one controller-like step on one pool of a

@@ -33,7 +33,8 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Cloud is the simulated cloud.
@@ -265,7 +266,7 @@ func (c *Cloud) lookup(pool, id string) (*machine, error) {
 
 // Configure binds an Idle machine to a cluster; see provider.Provider.
 func (c *Cloud) Configure(ctx context.Context, req provider.ConfigureRequest) (provider.Ack, error) {
-	return c.mutate(ctx, provider.OpConfigure, req.Pool, req.MachineID, req.Fence, req.Validate, func(now time.Time, m *machine) (provider.Ack, error) {
+	return c.mutate(ctx, tideprovider.OpConfigure, req.Pool, req.MachineID, req.Fence, req.Validate, func(now time.Time, m *machine) (provider.Ack, error) {
 		switch {
 		case m.State == provider.Idle:
 			m.Cluster = req.Cluster
@@ -283,7 +284,7 @@ func (c *Cloud) Configure(ctx context.Context, req provider.ConfigureRequest) (p
 
 // Drain unbinds a machine from its cluster; see provider.Provider.
 func (c *Cloud) Drain(ctx context.Context, req provider.DrainRequest) (provider.Ack, error) {
-	return c.mutate(ctx, provider.OpDrain, req.Pool, req.MachineID, req.Fence, req.Validate, func(now time.Time, m *machine) (provider.Ack, error) {
+	return c.mutate(ctx, tideprovider.OpDrain, req.Pool, req.MachineID, req.Fence, req.Validate, func(now time.Time, m *machine) (provider.Ack, error) {
 		switch m.State {
 		case provider.Configuring, provider.Configured:
 			c.startTransition(now, m, provider.Draining, m.off.Drain, c.cfg.DrainTimeout, false)
@@ -297,7 +298,7 @@ func (c *Cloud) Drain(ctx context.Context, req provider.DrainRequest) (provider.
 
 // Delete releases a machine; see provider.Provider.
 func (c *Cloud) Delete(ctx context.Context, req provider.DeleteRequest) (provider.Ack, error) {
-	return c.mutate(ctx, provider.OpDelete, req.Pool, req.MachineID, req.Fence, req.Validate, func(now time.Time, m *machine) (provider.Ack, error) {
+	return c.mutate(ctx, tideprovider.OpDelete, req.Pool, req.MachineID, req.Fence, req.Validate, func(now time.Time, m *machine) (provider.Ack, error) {
 		if m.State == provider.Deleting {
 			return provider.Ack{MachineID: m.ID, State: m.State, Replayed: true}, nil
 		}
@@ -308,7 +309,7 @@ func (c *Cloud) Delete(ctx context.Context, req provider.DeleteRequest) (provide
 
 // mutate runs the common part of Configure, Drain and Delete: validation,
 // injected errors, fencing, ownership, then act.
-func (c *Cloud) mutate(ctx context.Context, op provider.Op, pool, id string, f provider.Fence,
+func (c *Cloud) mutate(ctx context.Context, op tideprovider.Op, pool, id string, f provider.Fence,
 	validate func() error, act func(time.Time, *machine) (provider.Ack, error)) (provider.Ack, error) {
 	wrap := func(err error) error { return fmt.Errorf("%s machine %q: %w", op, id, err) }
 	if err := validate(); err != nil {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // This file holds what tests and the simulator use beyond provider.Provider:

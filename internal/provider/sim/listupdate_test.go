@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/sim"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // TestListSharedUpdateMatchesList drives two pools through random

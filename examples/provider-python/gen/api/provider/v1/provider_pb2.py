@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x61pi/provider/v1/provider.proto\x12\x10tide.provider.v1\"/\n\x0fProtocolVersion\x12\r\n\x05major\x18\x01 \x01(\r\x12\r\n\x05minor\x18\x02 \x01(\r\"B\n\x0bInfoRequest\x12\x33\n\x08protocol\x18\x01 \x01(\x0b\x32!.tide.provider.v1.ProtocolVersion\"x\n\x0cInfoResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x33\n\x08protocol\x18\x03 \x01(\x0b\x32!.tide.provider.v1.ProtocolVersion\x12\x14\n\x0c\x63\x61pabilities\x18\x04 \x03(\t\"7\n\x05\x46\x65nce\x12\x12\n\ncontroller\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0b\n\x03seq\x18\x03 \x01(\x04\"\xb0\x01\n\tResources\x12\x11\n\tmilli_cpu\x18\x01 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x0c\n\x04gpus\x18\x03 \x01(\x03\x12;\n\x08\x65xtended\x18\x04 \x03(\x0b\x32).tide.provider.v1.Resources.ExtendedEntry\x1a/\n\rExtendedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xdc\x01\n\x08Offering\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04zone\x18\x02 \x01(\t\x12,\n\x04kind\x18\x03 \x01(\x0e\x32\x1e.tide.provider.v1.CapacityKind\x12.\n\tresources\x18\x04 \x01(\x0b\x32\x1b.tide.provider.v1.Resources\x12\x16\n\x0eprice_per_hour\x18\x05 \x01(\x01\x12 \n\x18interruption_probability\x18\x06 \x01(\x01\x12\x1c\n\x14interruption_penalty\x18\x07 \x01(\x01\"\x12\n\x10OfferingsRequest\"B\n\x11OfferingsResponse\x12-\n\tofferings\x18\x01 \x03(\x0b\x32\x1a.tide.provider.v1.Offering\"\xf0\x01\n\rCreateRequest\x12&\n\x05\x66\x65nce\x18\x01 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x12\n\nmachine_id\x18\x03 \x01(\t\x12\x10\n\x08offering\x18\x04 \x01(\t\x12;\n\x06labels\x18\x05 \x03(\x0b\x32+.tide.provider.v1.CreateRequest.LabelsEntry\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x99\x01\n\x10\x43onfigureRequest\x12&\n\x05\x66\x65nce\x18\x01 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x12\n\nmachine_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63luster\x18\x04 \x01(\t\x12\x11\n\tbootstrap\x18\x05 \x01(\x0c\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\"q\n\x0c\x44rainRequest\x12&\n\x05\x66\x65nce\x18\x01 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x12\n\nmachine_id\x18\x03 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\"r\n\rDeleteRequest\x12&\n\x05\x66\x65nce\x18\x01 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x12\n\nmachine_id\x18\x03 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\"S\n\x03\x41\x63k\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.tide.provider.v1.State\x12\x10\n\x08replayed\x18\x03 \x01(\x08\" \n\nGetRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\"\xdf\x02\n\x07Machine\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x10\n\x08offering\x18\x03 \x01(\t\x12&\n\x05state\x18\x04 \x01(\x0e\x32\x17.tide.provider.v1.State\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x0f\n\x07\x63luster\x18\x06 \x01(\t\x12\x11\n\tbootstrap\x18\x07 \x01(\x0c\x12\x35\n\x06labels\x18\x08 \x03(\x0b\x32%.tide.provider.v1.Machine.LabelsEntry\x12\x1c\n\x14\x63reated_at_unix_nano\x18\t \x01(\x03\x12\x1c\n\x14updated_at_unix_nano\x18\n \x01(\x03\x12\x1c\n\x14reclaim_at_unix_nano\x18\x0b \x01(\x03\x12\x0e\n\x06reason\x18\x0c \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"D\n\x0bListRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\'\n\x06states\x18\x02 \x03(\x0e\x32\x17.tide.provider.v1.State\";\n\x0cListResponse\x12+\n\x08machines\x18\x01 \x03(\x0b\x32\x19.tide.provider.v1.Machine\"\x1c\n\x0cWatchRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\"]\n\nWatchEvent\x12*\n\x07machine\x18\x01 \x01(\x0b\x32\x19.tide.provider.v1.Machine\x12\x0c\n\x04gone\x18\x02 \x01(\x08\x12\x15\n\rsnapshot_done\x18\x03 \x01(\x08\"\xae\x02\n\x0b\x45rrorDetail\x12)\n\x04kind\x18\x01 \x01(\x0e\x32\x1b.tide.provider.v1.ErrorKind\x12\r\n\x05\x66ield\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x12\n\nmachine_id\x18\x04 \x01(\t\x12&\n\x05state\x18\x05 \x01(\x0e\x32\x17.tide.provider.v1.State\x12\x0c\n\x04pool\x18\x06 \x01(\t\x12$\n\x03got\x18\x07 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12(\n\x07highest\x18\x08 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12\x10\n\x08offering\x18\t \x01(\t\x12\r\n\x05limit\x18\n \x01(\x03\x12\x1a\n\x12retry_after_millis\x18\x0b \x01(\x03*\xc0\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11STATE_SPECULATIVE\x10\x01\x12\x12\n\x0eSTATE_CREATING\x10\x02\x12\x0e\n\nSTATE_IDLE\x10\x03\x12\x15\n\x11STATE_CONFIGURING\x10\x04\x12\x14\n\x10STATE_CONFIGURED\x10\x05\x12\x12\n\x0eSTATE_DRAINING\x10\x06\x12\x12\n\x0eSTATE_DELETING\x10\x07\x12\x10\n\x0cSTATE_FAILED\x10\x08*\x9c\x01\n\x0c\x43\x61pacityKind\x12\x1d\n\x19\x43\x41PACITY_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41PACITY_KIND_ON_DEMAND\x10\x01\x12\x16\n\x12\x43\x41PACITY_KIND_SPOT\x10\x02\x12\x1a\n\x16\x43\x41PACITY_KIND_RESERVED\x10\x03\x12\x1c\n\x18\x43\x41PACITY_KIND_BARE_METAL\x10\x04*\xed\x01\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45RROR_KIND_INVALID\x10\x01\x12\x18\n\x14\x45RROR_KIND_NOT_FOUND\x10\x02\x12\x17\n\x13\x45RROR_KIND_CONFLICT\x10\x03\x12\x1a\n\x16\x45RROR_KIND_STALE_FENCE\x10\x04\x12\x1d\n\x19\x45RROR_KIND_QUOTA_EXCEEDED\x10\x05\x12$\n ERROR_KIND_INSUFFICIENT_CAPACITY\x10\x06\x12\x18\n\x14\x45RROR_KIND_TRANSIENT\x10\x07\x32\x83\x05\n\x08Provider\x12\x45\n\x04Info\x12\x1d.tide.provider.v1.InfoRequest\x1a\x1e.tide.provider.v1.InfoResponse\x12T\n\tOfferings\x12\".tide.provider.v1.OfferingsRequest\x1a#.tide.provider.v1.OfferingsResponse\x12@\n\x06\x43reate\x12\x1f.tide.provider.v1.CreateRequest\x1a\x15.tide.provider.v1.Ack\x12\x46\n\tConfigure\x12\".tide.provider.v1.ConfigureRequest\x1a\x15.tide.provider.v1.Ack\x12>\n\x05\x44rain\x12\x1e.tide.provider.v1.DrainRequest\x1a\x15.tide.provider.v1.Ack\x12@\n\x06\x44\x65lete\x12\x1f.tide.provider.v1.DeleteRequest\x1a\x15.tide.provider.v1.Ack\x12>\n\x03Get\x12\x1c.tide.provider.v1.GetRequest\x1a\x19.tide.provider.v1.Machine\x12\x45\n\x04List\x12\x1d.tide.provider.v1.ListRequest\x1a\x1e.tide.provider.v1.ListResponse\x12G\n\x05Watch\x12\x1e.tide.provider.v1.WatchRequest\x1a\x1c.tide.provider.v1.WatchEvent0\x01\x42\x39Z7github.com/tide-project/tide/api/provider/v1;providerv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x61pi/provider/v1/provider.proto\x12\x10tide.provider.v1\"/\n\x0fProtocolVersion\x12\r\n\x05major\x18\x01 \x01(\r\x12\r\n\x05minor\x18\x02 \x01(\r\"B\n\x0bInfoRequest\x12\x33\n\x08protocol\x18\x01 \x01(\x0b\x32!.tide.provider.v1.ProtocolVersion\"x\n\x0cInfoResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x33\n\x08protocol\x18\x03 \x01(\x0b\x32!.tide.provider.v1.ProtocolVersion\x12\x14\n\x0c\x63\x61pabilities\x18\x04 \x03(\t\"7\n\x05\x46\x65nce\x12\x12\n\ncontroller\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0b\n\x03seq\x18\x03 \x01(\x04\"\xb0\x01\n\tResources\x12\x11\n\tmilli_cpu\x18\x01 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x0c\n\x04gpus\x18\x03 \x01(\x03\x12;\n\x08\x65xtended\x18\x04 \x03(\x0b\x32).tide.provider.v1.Resources.ExtendedEntry\x1a/\n\rExtendedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xdc\x01\n\x08Offering\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04zone\x18\x02 \x01(\t\x12,\n\x04kind\x18\x03 \x01(\x0e\x32\x1e.tide.provider.v1.CapacityKind\x12.\n\tresources\x18\x04 \x01(\x0b\x32\x1b.tide.provider.v1.Resources\x12\x16\n\x0eprice_per_hour\x18\x05 \x01(\x01\x12 \n\x18interruption_probability\x18\x06 \x01(\x01\x12\x1c\n\x14interruption_penalty\x18\x07 \x01(\x01\"\x12\n\x10OfferingsRequest\"B\n\x11OfferingsResponse\x12-\n\tofferings\x18\x01 \x03(\x0b\x32\x1a.tide.provider.v1.Offering\"\x83\x02\n\rCreateRequest\x12&\n\x05\x66\x65nce\x18\x01 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x12\n\nmachine_id\x18\x03 \x01(\t\x12\x10\n\x08offering\x18\x04 \x01(\t\x12;\n\x06labels\x18\x05 \x03(\x0b\x32+.tide.provider.v1.CreateRequest.LabelsEntry\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x12\x11\n\tbootstrap\x18\x07 \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x99\x01\n\x10\x43onfigureRequest\x12&\n\x05\x66\x65nce\x18\x01 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x12\n\nmachine_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63luster\x18\x04 \x01(\t\x12\x11\n\tbootstrap\x18\x05 \x01(\x0c\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\"q\n\x0c\x44rainRequest\x12&\n\x05\x66\x65nce\x18\x01 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x12\n\nmachine_id\x18\x03 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\"r\n\rDeleteRequest\x12&\n\x05\x66\x65nce\x18\x01 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x12\n\nmachine_id\x18\x03 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\"S\n\x03\x41\x63k\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.tide.provider.v1.State\x12\x10\n\x08replayed\x18\x03 \x01(\x08\" \n\nGetRequest\x12\x12\n\nmachine_id\x18\x01 \x01(\t\"\xdf\x02\n\x07Machine\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x10\n\x08offering\x18\x03 \x01(\t\x12&\n\x05state\x18\x04 \x01(\x0e\x32\x17.tide.provider.v1.State\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x0f\n\x07\x63luster\x18\x06 \x01(\t\x12\x11\n\tbootstrap\x18\x07 \x01(\x0c\x12\x35\n\x06labels\x18\x08 \x03(\x0b\x32%.tide.provider.v1.Machine.LabelsEntry\x12\x1c\n\x14\x63reated_at_unix_nano\x18\t \x01(\x03\x12\x1c\n\x14updated_at_unix_nano\x18\n \x01(\x03\x12\x1c\n\x14reclaim_at_unix_nano\x18\x0b \x01(\x03\x12\x0e\n\x06reason\x18\x0c \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"D\n\x0bListRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\'\n\x06states\x18\x02 \x03(\x0e\x32\x17.tide.provider.v1.State\";\n\x0cListResponse\x12+\n\x08machines\x18\x01 \x03(\x0b\x32\x19.tide.provider.v1.Machine\"\x1c\n\x0cWatchRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\"]\n\nWatchEvent\x12*\n\x07machine\x18\x01 \x01(\x0b\x32\x19.tide.provider.v1.Machine\x12\x0c\n\x04gone\x18\x02 \x01(\x08\x12\x15\n\rsnapshot_done\x18\x03 \x01(\x08\"\xae\x02\n\x0b\x45rrorDetail\x12)\n\x04kind\x18\x01 \x01(\x0e\x32\x1b.tide.provider.v1.ErrorKind\x12\r\n\x05\x66ield\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x12\n\nmachine_id\x18\x04 \x01(\t\x12&\n\x05state\x18\x05 \x01(\x0e\x32\x17.tide.provider.v1.State\x12\x0c\n\x04pool\x18\x06 \x01(\t\x12$\n\x03got\x18\x07 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12(\n\x07highest\x18\x08 \x01(\x0b\x32\x17.tide.provider.v1.Fence\x12\x10\n\x08offering\x18\t \x01(\t\x12\r\n\x05limit\x18\n \x01(\x03\x12\x1a\n\x12retry_after_millis\x18\x0b \x01(\x03*\xc0\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11STATE_SPECULATIVE\x10\x01\x12\x12\n\x0eSTATE_CREATING\x10\x02\x12\x0e\n\nSTATE_IDLE\x10\x03\x12\x15\n\x11STATE_CONFIGURING\x10\x04\x12\x14\n\x10STATE_CONFIGURED\x10\x05\x12\x12\n\x0eSTATE_DRAINING\x10\x06\x12\x12\n\x0eSTATE_DELETING\x10\x07\x12\x10\n\x0cSTATE_FAILED\x10\x08*\x9c\x01\n\x0c\x43\x61pacityKind\x12\x1d\n\x19\x43\x41PACITY_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41PACITY_KIND_ON_DEMAND\x10\x01\x12\x16\n\x12\x43\x41PACITY_KIND_SPOT\x10\x02\x12\x1a\n\x16\x43\x41PACITY_KIND_RESERVED\x10\x03\x12\x1c\n\x18\x43\x41PACITY_KIND_BARE_METAL\x10\x04*\xed\x01\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45RROR_KIND_INVALID\x10\x01\x12\x18\n\x14\x45RROR_KIND_NOT_FOUND\x10\x02\x12\x17\n\x13\x45RROR_KIND_CONFLICT\x10\x03\x12\x1a\n\x16\x45RROR_KIND_STALE_FENCE\x10\x04\x12\x1d\n\x19\x45RROR_KIND_QUOTA_EXCEEDED\x10\x05\x12$\n ERROR_KIND_INSUFFICIENT_CAPACITY\x10\x06\x12\x18\n\x14\x45RROR_KIND_TRANSIENT\x10\x07\x32\x83\x05\n\x08Provider\x12\x45\n\x04Info\x12\x1d.tide.provider.v1.InfoRequest\x1a\x1e.tide.provider.v1.InfoResponse\x12T\n\tOfferings\x12\".tide.provider.v1.OfferingsRequest\x1a#.tide.provider.v1.OfferingsResponse\x12@\n\x06\x43reate\x12\x1f.tide.provider.v1.CreateRequest\x1a\x15.tide.provider.v1.Ack\x12\x46\n\tConfigure\x12\".tide.provider.v1.ConfigureRequest\x1a\x15.tide.provider.v1.Ack\x12>\n\x05\x44rain\x12\x1e.tide.provider.v1.DrainRequest\x1a\x15.tide.provider.v1.Ack\x12@\n\x06\x44\x65lete\x12\x1f.tide.provider.v1.DeleteRequest\x1a\x15.tide.provider.v1.Ack\x12>\n\x03Get\x12\x1c.tide.provider.v1.GetRequest\x1a\x19.tide.provider.v1.Machine\x12\x45\n\x04List\x12\x1d.tide.provider.v1.ListRequest\x1a\x1e.tide.provider.v1.ListResponse\x12G\n\x05Watch\x12\x1e.tide.provider.v1.WatchRequest\x1a\x1c.tide.provider.v1.WatchEvent0\x01\x42\x39Z7github.com/tide-project/tide/api/provider/v1;providerv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'api.provider.v1.provider_pb2', globals())
@@ -27,12 +27,12 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _CREATEREQUEST_LABELSENTRY._serialized_options = b'8\001'
   _MACHINE_LABELSENTRY._options = None
   _MACHINE_LABELSENTRY._serialized_options = b'8\001'
-  _STATE._serialized_start=2503
-  _STATE._serialized_end=2695
-  _CAPACITYKIND._serialized_start=2698
-  _CAPACITYKIND._serialized_end=2854
-  _ERRORKIND._serialized_start=2857
-  _ERRORKIND._serialized_end=3094
+  _STATE._serialized_start=2522
+  _STATE._serialized_end=2714
+  _CAPACITYKIND._serialized_start=2717
+  _CAPACITYKIND._serialized_end=2873
+  _ERRORKIND._serialized_start=2876
+  _ERRORKIND._serialized_end=3113
   _PROTOCOLVERSION._serialized_start=52
   _PROTOCOLVERSION._serialized_end=99
   _INFOREQUEST._serialized_start=101
@@ -52,33 +52,33 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _OFFERINGSRESPONSE._serialized_start=770
   _OFFERINGSRESPONSE._serialized_end=836
   _CREATEREQUEST._serialized_start=839
-  _CREATEREQUEST._serialized_end=1079
-  _CREATEREQUEST_LABELSENTRY._serialized_start=1034
-  _CREATEREQUEST_LABELSENTRY._serialized_end=1079
-  _CONFIGUREREQUEST._serialized_start=1082
-  _CONFIGUREREQUEST._serialized_end=1235
-  _DRAINREQUEST._serialized_start=1237
-  _DRAINREQUEST._serialized_end=1350
-  _DELETEREQUEST._serialized_start=1352
-  _DELETEREQUEST._serialized_end=1466
-  _ACK._serialized_start=1468
-  _ACK._serialized_end=1551
-  _GETREQUEST._serialized_start=1553
-  _GETREQUEST._serialized_end=1585
-  _MACHINE._serialized_start=1588
-  _MACHINE._serialized_end=1939
-  _MACHINE_LABELSENTRY._serialized_start=1034
-  _MACHINE_LABELSENTRY._serialized_end=1079
-  _LISTREQUEST._serialized_start=1941
-  _LISTREQUEST._serialized_end=2009
-  _LISTRESPONSE._serialized_start=2011
-  _LISTRESPONSE._serialized_end=2070
-  _WATCHREQUEST._serialized_start=2072
-  _WATCHREQUEST._serialized_end=2100
-  _WATCHEVENT._serialized_start=2102
-  _WATCHEVENT._serialized_end=2195
-  _ERRORDETAIL._serialized_start=2198
-  _ERRORDETAIL._serialized_end=2500
-  _PROVIDER._serialized_start=3097
-  _PROVIDER._serialized_end=3740
+  _CREATEREQUEST._serialized_end=1098
+  _CREATEREQUEST_LABELSENTRY._serialized_start=1053
+  _CREATEREQUEST_LABELSENTRY._serialized_end=1098
+  _CONFIGUREREQUEST._serialized_start=1101
+  _CONFIGUREREQUEST._serialized_end=1254
+  _DRAINREQUEST._serialized_start=1256
+  _DRAINREQUEST._serialized_end=1369
+  _DELETEREQUEST._serialized_start=1371
+  _DELETEREQUEST._serialized_end=1485
+  _ACK._serialized_start=1487
+  _ACK._serialized_end=1570
+  _GETREQUEST._serialized_start=1572
+  _GETREQUEST._serialized_end=1604
+  _MACHINE._serialized_start=1607
+  _MACHINE._serialized_end=1958
+  _MACHINE_LABELSENTRY._serialized_start=1053
+  _MACHINE_LABELSENTRY._serialized_end=1098
+  _LISTREQUEST._serialized_start=1960
+  _LISTREQUEST._serialized_end=2028
+  _LISTRESPONSE._serialized_start=2030
+  _LISTRESPONSE._serialized_end=2089
+  _WATCHREQUEST._serialized_start=2091
+  _WATCHREQUEST._serialized_end=2119
+  _WATCHEVENT._serialized_start=2121
+  _WATCHEVENT._serialized_end=2214
+  _ERRORDETAIL._serialized_start=2217
+  _ERRORDETAIL._serialized_end=2519
+  _PROVIDER._serialized_start=3116
+  _PROVIDER._serialized_end=3759
 # @@protoc_insertion_point(module_scope)

@@ -10,8 +10,8 @@ import (
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
 	"github.com/tide-project/tide/internal/kube/kubetest"
-	"github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/providertest"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 var testOfferings = []capacity.Offering{

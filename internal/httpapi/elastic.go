@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"encoding/json"
@@ -78,6 +78,25 @@ type PoolJSON struct {
 	// that are not OFFLINE.
 	TotalResources ResourcesOut `json:"total_resources"`
 	UsedResources  ResourcesOut `json:"used_resources"`
+	// Fleet is set for a pool whose machines come from the fleet tier.
+	Fleet *FleetPoolJSON `json:"fleet,omitempty"`
+}
+
+// FleetPoolJSON is what a fleet-backed pool asked of the fleet and got.
+type FleetPoolJSON struct {
+	Cluster string `json:"cluster"`
+	Shard   uint32 `json:"shard,omitempty"`
+	// Asked and Granted count machines: in the needs sent, and bound to
+	// the cluster by the fleet. Short is what is asked and not granted,
+	// and Why says what the fleet lacks.
+	Asked   int32  `json:"asked"`
+	Granted int32  `json:"granted"`
+	Short   int32  `json:"short"`
+	Why     string `json:"why,omitempty"`
+	// LastSent is when the needs last reached the fleet; LastError why the
+	// last send failed (the pool's machines keep running; new ones wait).
+	LastSent  time.Time `json:"last_sent,omitzero"`
+	LastError string    `json:"last_error,omitempty"`
 }
 
 // NodeJSON is one node of GET /nodes: the autoscaler's node (managed) merged

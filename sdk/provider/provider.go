@@ -17,8 +17,8 @@ import (
 type Provider interface {
 	// Offerings lists what the provider sells (type, zone, capacity kind,
 	// resources, price, interruption probability). The slice belongs to the
-	// caller. A CreateRequest names one of them by capacity.Offering.Name.
-	Offerings(ctx context.Context) ([]capacity.Offering, error)
+	// caller. A CreateRequest names one of them by Offering.Name.
+	Offerings(ctx context.Context) ([]Offering, error)
 
 	// Create starts acquiring a machine with the caller's id, to become Idle.
 	// It returns once the provider has accepted the request, with the
@@ -66,6 +66,28 @@ type Provider interface {
 	List(ctx context.Context, f Filter) ([]Machine, error)
 }
 
+// Offering is one thing a provider sells: an instance type in a zone bought
+// as one capacity kind, with the resources of one node and its price. Its
+// Name ("type/zone/kind") is what a CreateRequest names. It is tide's own
+// offering type, so a plugin's catalog is what the policies price.
+type Offering = capacity.Offering
+
+// Resources is what one node of an offering provides: CPU in millicores,
+// memory in bytes, GPUs, and named extended resources.
+type Resources = capacity.Resources
+
+// CapacityKind is how an offering is bought: OnDemand (the default when
+// empty), Spot, Reserved or BareMetal.
+type CapacityKind = capacity.Kind
+
+// The capacity kinds an Offering may have.
+const (
+	OnDemand  = capacity.OnDemand
+	Spot      = capacity.Spot
+	Reserved  = capacity.Reserved
+	BareMetal = capacity.BareMetal
+)
+
 // Fence identifies who makes a mutating call (BigFleet §11): the controller,
 // its epoch (raised each time a controller takes over a pool, e.g. from a
 // leader election) and a sequence number that orders its calls within the
@@ -101,7 +123,7 @@ type CreateRequest struct {
 	// Controllers should derive it from the pool name and a persisted
 	// counter (e.g. "gpu-17") and write it down before calling Create.
 	MachineID string
-	// Offering names the offering to buy (capacity.Offering.Name).
+	// Offering names the offering to buy (Offering.Name).
 	Offering string
 	// Labels are attached to the machine and shown back by Get and List.
 	Labels map[string]string
@@ -114,7 +136,7 @@ type CreateRequest struct {
 
 // Validate checks the request's fields; errors are InvalidErrors naming the field.
 func (r *CreateRequest) Validate() error {
-	errs := []error{r.Fence.Validate(), validName("pool", r.Pool), validName("machine_id", r.MachineID)}
+	errs := []error{r.Fence.Validate(), ValidName("pool", r.Pool), ValidName("machine_id", r.MachineID)}
 	if r.Offering == "" {
 		errs = append(errs, NewInvalid("offering", "must be set"))
 	}
@@ -144,7 +166,7 @@ type ConfigureRequest struct {
 
 // Validate checks the request's fields; errors are InvalidErrors naming the field.
 func (r *ConfigureRequest) Validate() error {
-	errs := []error{r.Fence.Validate(), validName("pool", r.Pool), validName("machine_id", r.MachineID)}
+	errs := []error{r.Fence.Validate(), ValidName("pool", r.Pool), ValidName("machine_id", r.MachineID)}
 	if r.Cluster == "" {
 		errs = append(errs, NewInvalid("cluster", "must be set"))
 	}
@@ -163,7 +185,7 @@ type DrainRequest struct {
 
 // Validate checks the request's fields; errors are InvalidErrors naming the field.
 func (r *DrainRequest) Validate() error {
-	return errors.Join(r.Fence.Validate(), validName("pool", r.Pool), validName("machine_id", r.MachineID))
+	return errors.Join(r.Fence.Validate(), ValidName("pool", r.Pool), ValidName("machine_id", r.MachineID))
 }
 
 // DeleteRequest asks to release a machine.
@@ -175,7 +197,7 @@ type DeleteRequest struct {
 
 // Validate checks the request's fields; errors are InvalidErrors naming the field.
 func (r *DeleteRequest) Validate() error {
-	return errors.Join(r.Fence.Validate(), validName("pool", r.Pool), validName("machine_id", r.MachineID))
+	return errors.Join(r.Fence.Validate(), ValidName("pool", r.Pool), ValidName("machine_id", r.MachineID))
 }
 
 // Ack acknowledges an accepted transition. It says the provider took the
@@ -193,9 +215,14 @@ type Ack struct {
 // and labels.
 const maxNameLen = 63
 
-// validName checks a pool name or machine id: 1 to 63 characters from
-// [A-Za-z0-9._-], starting with a letter or digit.
-func validName(field, s string) error {
+// MaxBootstrapSize bounds the bootstrap blob a CreateRequest carries, in
+// bytes (cloud user-data limits are around 16 KiB).
+const MaxBootstrapSize = 16 << 10
+
+// ValidName checks a pool name or machine id: 1 to 63 characters from
+// [A-Za-z0-9._-], starting with a letter or digit; errors are InvalidErrors
+// naming field.
+func ValidName(field, s string) error {
 	if s == "" {
 		return NewInvalid(field, "must be set")
 	}

@@ -36,7 +36,7 @@
 // worker id and pool it registers; heartbeats carry the per-worker token
 // PyLet issues at registration. The head mounts POST /bootstrap (mint a
 // machine's bootstrap blob) under the admin token through Options.Extra.
-package api
+package httpapi
 
 import (
 	"context"

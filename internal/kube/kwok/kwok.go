@@ -40,7 +40,8 @@ import (
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/kube/demand"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
-	"github.com/tide-project/tide/internal/provider"
+	tideprovider "github.com/tide-project/tide/internal/provider"
+	"github.com/tide-project/tide/sdk/provider"
 )
 
 // Keys the provider writes on Nodes and its state ConfigMap.
@@ -381,7 +382,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 // mutate runs the common part of Configure, Drain and Delete: validation,
 // fencing, ownership, then act on the Node with compare-and-swap (act
 // returns the Node to write, or nil to write nothing).
-func (p *Provider) mutate(ctx context.Context, op provider.Op, pool, id string, f provider.Fence, validate func() error,
+func (p *Provider) mutate(ctx context.Context, op tideprovider.Op, pool, id string, f provider.Fence, validate func() error,
 	act func(n *corev1.Node, m provider.Machine) (*corev1.Node, provider.Ack, error)) (provider.Ack, error) {
 	wrap := func(err error) (provider.Ack, error) {
 		return provider.Ack{}, fmt.Errorf("%s machine %q: %w", op, id, err)
@@ -428,7 +429,7 @@ func (p *Provider) mutate(ctx context.Context, op provider.Op, pool, id string, 
 
 // Configure binds an Idle machine to a cluster; see provider.Provider.
 func (p *Provider) Configure(ctx context.Context, req provider.ConfigureRequest) (provider.Ack, error) {
-	return p.mutate(ctx, provider.OpConfigure, req.Pool, req.MachineID, req.Fence, req.Validate,
+	return p.mutate(ctx, tideprovider.OpConfigure, req.Pool, req.MachineID, req.Fence, req.Validate,
 		func(n *corev1.Node, m provider.Machine) (*corev1.Node, provider.Ack, error) {
 			switch {
 			case m.State == provider.Idle:
@@ -447,7 +448,7 @@ func (p *Provider) Configure(ctx context.Context, req provider.ConfigureRequest)
 
 // Drain unbinds a machine from its cluster; see provider.Provider.
 func (p *Provider) Drain(ctx context.Context, req provider.DrainRequest) (provider.Ack, error) {
-	return p.mutate(ctx, provider.OpDrain, req.Pool, req.MachineID, req.Fence, req.Validate,
+	return p.mutate(ctx, tideprovider.OpDrain, req.Pool, req.MachineID, req.Fence, req.Validate,
 		func(n *corev1.Node, m provider.Machine) (*corev1.Node, provider.Ack, error) {
 			switch m.State {
 			case provider.Configuring, provider.Configured:
@@ -464,7 +465,7 @@ func (p *Provider) Drain(ctx context.Context, req provider.DrainRequest) (provid
 
 // Delete records the id as gone and deletes the Node; see provider.Provider.
 func (p *Provider) Delete(ctx context.Context, req provider.DeleteRequest) (provider.Ack, error) {
-	return p.mutate(ctx, provider.OpDelete, req.Pool, req.MachineID, req.Fence, req.Validate,
+	return p.mutate(ctx, tideprovider.OpDelete, req.Pool, req.MachineID, req.Fence, req.Validate,
 		func(n *corev1.Node, m provider.Machine) (*corev1.Node, provider.Ack, error) {
 			if m.State == provider.Deleting {
 				return nil, provider.Ack{MachineID: m.ID, State: m.State, Replayed: true}, nil

@@ -99,7 +99,7 @@ type Machine struct {
 	ID string `json:"id"`
 	// Pool is the pool the machine was created in and belongs to.
 	Pool string `json:"pool"`
-	// Offering is the name (capacity.Offering.Name) of what the machine is.
+	// Offering is the name (Offering.Name) of what the machine is.
 	Offering string `json:"offering"`
 	// State is where the machine is in its lifecycle.
 	State State `json:"state"`
