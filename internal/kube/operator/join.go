@@ -129,8 +129,11 @@ func (o *Operator) mint(ctx context.Context, r *runner, machineID, offering, pro
 func ProviderID(provType, machineID string) string { return "tide://" + provType + "/" + machineID }
 
 // revoke deletes the machine's credential: its tokens stop working at once
-// (a bound token is checked against its ServiceAccount on every request).
-func (o *Operator) revoke(ctx context.Context, pool, machineID string) error {
+// (a bound token is checked against its ServiceAccount on every request);
+// for a kubelet pool's machine, its bootstrap token's Secret (a cluster
+// whose tide RBAC predates kubelet pools lets tide touch no Secret, so
+// agent pools do not try).
+func (o *Operator) revoke(ctx context.Context, r *runner, machineID string) error {
 	kc := o.cfg.Kube
 	if kc == nil {
 		return nil
@@ -142,7 +145,9 @@ func (o *Operator) revoke(ctx context.Context, pool, machineID string) error {
 			errs = append(errs, err)
 		}
 	}
-	ignore(kc.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, bootstrapSecretName(pool, machineID), metav1.DeleteOptions{}))
+	if r.pool.Join.Mode == poolspec.JoinKubelet {
+		ignore(kc.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, bootstrapSecretName(r.name, machineID), metav1.DeleteOptions{}))
+	}
 	ignore(kc.CoreV1().ServiceAccounts(o.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{}))
 	ignore(kc.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}))
 	ignore(kc.RbacV1().RoleBindings(nodeagent.LeaseNamespace).Delete(ctx, name, metav1.DeleteOptions{}))
@@ -189,7 +194,7 @@ func (j joining) Create(ctx context.Context, req provider.CreateRequest) (provid
 	ack, err := j.Provider.Create(ctx, req)
 	switch provider.Kind(err) {
 	case provider.KindInvalid, provider.KindInsufficientCapacity, provider.KindQuotaExceeded:
-		err = errors.Join(err, j.o.revoke(ctx, j.r.name, req.MachineID)) // nothing has the id
+		err = errors.Join(err, j.o.revoke(ctx, j.r, req.MachineID)) // nothing has the id
 	}
 	return ack, err
 }
@@ -217,7 +222,7 @@ func (j joining) Delete(ctx context.Context, req provider.DeleteRequest) (provid
 	if err := req.Validate(); err != nil {
 		return j.Provider.Delete(ctx, req)
 	}
-	if err := j.o.revoke(ctx, j.r.name, req.MachineID); err != nil {
+	if err := j.o.revoke(ctx, j.r, req.MachineID); err != nil {
 		return provider.Ack{}, fmt.Errorf("delete machine %q: revoke its credential: %w", req.MachineID, provider.NewTransient(err, 0))
 	}
 	ack, err := j.Provider.Delete(ctx, req)
