@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -103,6 +104,11 @@ func RestConfig(path string) (*rest.Config, error) {
 
 // Run runs `tide kube` until ctx ends or the leadership is lost (an error:
 // the process exits and its restart campaigns again).
+// klogOnce sets client-go's process-wide logger once: a second Run in the
+// same process (tests) would race with the goroutines the first one's
+// manager leaves behind reading it.
+var klogOnce sync.Once
+
 func Run(ctx context.Context, o Options) error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -122,7 +128,7 @@ func Run(ctx context.Context, o Options) error {
 	ctrl.SetLogger(logr.FromSlogHandler(o.Logger.Handler()))
 	// client-go's own messages (leader election, reflectors) in tide's
 	// format too, so --log-format json yields JSON lines only.
-	klog.SetSlogLogger(o.Logger.With("component", "client-go"))
+	klogOnce.Do(func() { klog.SetSlogLogger(o.Logger.With("component", "client-go")) })
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
