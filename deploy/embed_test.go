@@ -94,7 +94,9 @@ func TestAllIsValidYAMLStream(t *testing.T) {
 		}
 		kinds = append(kinds, obj.Kind)
 	}
-	want := []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+	want := []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+		// kubelet NodePools: the bootstrap tokens' Role in kube-system, and kubeadm's TLS bootstrap bindings
+		"Role", "RoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("kinds = %v, want %v", kinds, want)
 	}

@@ -115,7 +115,9 @@ type Assembly struct {
 	pools  map[string]*pool
 	order  []string
 	routes []config.Pool // the config's pools, for routing
-	runCtx context.Context
+	// lastRoute is the last routing choice recorded as an event.
+	lastRoute atomic.Pointer[string]
+	runCtx    context.Context
 	// ha is set when the head shares etcd with others: pools run only while
 	// it leads, under leadCtx (nil when it does not lead).
 	ha       bool
@@ -169,6 +171,7 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 	hc.Registry, hc.Logger = cfg.Registry, log.With("component", "head")
 	hc.OnPressure = a.observe
 	hc.Route = a.route
+	hc.MaxQueued = a.maxQueued
 	hc.PoolStatus = a.status
 	hc.OnListen = nil
 	gws, err := a.netnsGateways(source, pools, listenHost(hc.Addr))
@@ -401,36 +404,38 @@ func (a *Assembly) observe(reports map[string]capacity.Pressure) {
 	}
 }
 
-// route picks the pool of an instance that names none: the first pool of
-// the config whose selector labels all match and one of whose offerings
-// fits the request. "" (no pool) when none does: the instance waits, and
-// `tide pools` shows it as queued nowhere.
+// route picks the pool of an instance that names none (route.go): the
+// heaviest, then cheapest pool whose selector and offerings fit, a pool
+// with a shortfall overflowing to the next. "" (no pool) when none fits:
+// the instance waits, and `tide pools` shows it as queued nowhere. A
+// choice that is not the config's first fitting pool is recorded as a
+// "routed" event (once until the choice or its reason changes).
 func (a *Assembly) route(labels map[string]string, req capacity.Resources) string {
 	a.mu.Lock()
-	pools := a.routes
+	r := route(a.routes, a.shortfall, labels, req)
 	a.mu.Unlock()
-	return route(pools, labels, req)
-}
-
-func route(pools []config.Pool, labels map[string]string, req capacity.Resources) string {
-	for _, p := range pools {
-		match := true
-		for k, v := range p.Selector.Labels {
-			if labels[k] != v {
-				match = false
-				break
-			}
-		}
-		if !match {
-			continue
-		}
-		for _, o := range p.Offerings {
-			if req.Fits(o.Resources) {
-				return p.Name
+	if len(r.cands) > 1 && r.pool != "" {
+		first := slices.MinFunc(r.cands, func(x, y candidate) int { return x.order - y.order })
+		if first.pool != r.pool {
+			msg := r.String()
+			if old := a.lastRoute.Swap(&msg); old == nil || *old != msg {
+				a.event(r.pool, "Normal", "routed", "%s", msg)
 			}
 		}
 	}
-	return ""
+	return r.pool
+}
+
+// maxQueued is pool name's max_queued in the current config (0: no cap).
+func (a *Assembly) maxQueued(name string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range a.routes {
+		if a.routes[i].Name == name {
+			return a.routes[i].MaxQueued
+		}
+	}
+	return 0
 }
 
 // status is what `tide pools` and `tide nodes` show.

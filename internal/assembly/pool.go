@@ -183,7 +183,7 @@ func (a *Assembly) newPool(ctx context.Context, pc config.Pool, build func() (pr
 	}, ctl, clock.Real{}, func(e autoscale.Event) {
 		decisions.WithLabelValues(e.Pool, pol.Name(), e.Reason, fmt.Sprint(e.Changed)).Inc()
 		typ := controller.TypeNormal
-		if e.Reason == policy.CodeAtMax {
+		if e.Reason == policy.CodeAtMax || e.Reason == policy.CodeAtLimit {
 			typ = controller.TypeWarning
 		}
 		// The policy's code (scale-up, batching, at-max, ...): kebab-case,

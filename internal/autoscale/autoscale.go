@@ -42,6 +42,12 @@ type unavailabler interface {
 	Unavailable(now time.Time) []string
 }
 
+// holder is a Target that knows what the pool's machines add up to
+// (controller.Controller), for the policy's limits.
+type holder interface {
+	Held() policy.Held
+}
+
 // Event is one thing worth telling a person: a decision or a reason not to
 // decide.
 type Event struct {
@@ -224,6 +230,10 @@ func (p *Pool) Evaluate(now time.Time) (d policy.Decision, ok bool) {
 	in := policy.Input{Now: now, Desired: p.desired, Pressure: p.pressure, State: p.state}
 	if u, ok := p.target.(unavailabler); ok {
 		in.Unavailable = u.Unavailable(now) // the controller's ICE cache
+	}
+	if h, ok := p.target.(holder); ok {
+		held := h.Held()
+		in.Held = &held
 	}
 	d = p.cfg.Policy.Decide(in)
 	p.cfg.Figures.Observe(p.cfg.Pool, d)

@@ -263,3 +263,38 @@ func TestRunRechecksAtTheEndOfTheBatchingWindow(t *testing.T) {
 		}
 	})
 }
+
+// heldTarget is a fakeTarget that says what the pool holds, as the
+// controller does.
+type heldTarget struct {
+	fakeTarget
+	held policy.Held
+}
+
+func (h *heldTarget) Held() policy.Held { return h.held }
+
+// TestLoopPassesWhatThePoolHolds: the loop hands the policy the
+// controller's held machines, so a purchase stops at the pool's limit
+// counting the machines still booting, and the event names the limit.
+func TestLoopPassesWhatThePoolHolds(t *testing.T) {
+	cpu := int64(8000)
+	pol, err := policy.New(policy.Config{Policy: policy.Skyward, Nodes: capacity.Elastic(0, 10), SlotsPerNode: 1,
+		Offerings: []capacity.Offering{{Type: "c2", Resources: capacity.CPU(2000), PricePerHour: 0.1}},
+		Limits:    policy.Limits{MilliCPU: &cpu}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three machines booting: not in the report yet, held by the controller.
+	target := &heldTarget{held: policy.Held{Nodes: 3, Resources: capacity.CPU(6000), CostPerHour: 0.3}}
+	var events []Event
+	p, err := New(Config{Pool: "p", Policy: pol, Desired: 3}, target, clock.NewFake(t0), func(e Event) { events = append(events, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Observe(pressure("p", nil, 6))
+	d, _ := p.Evaluate(t0)
+	if d.Desired != 4 || len(events) != 1 || events[0].Reason != policy.CodeAtLimit ||
+		!strings.Contains(events[0].Message, "desired 3 -> 4: limits.cpu 8: the pool holds 8, a node of 2 would make 10") {
+		t.Fatalf("desired %d, events %+v", d.Desired, events)
+	}
+}

@@ -379,7 +379,7 @@ other flags are then unused.`,
 				}
 				if tideprovider.IsNodeJoin(data) {
 					// tide kube's machine: it joins as a Node.
-					return runNodeAgent(cmd.Context(), log.With("component", "node-agent"), bootstrapFile, data, 0)
+					return runNodeAgent(cmd.Context(), log.With("component", "node-agent"), bootstrapFile, data, 0, cfg.DataDir)
 				}
 				if err := useBootstrap(&cfg, bootstrapFile, data, cf.caCert != ""); err != nil {
 					return badInput(err)

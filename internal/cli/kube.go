@@ -13,6 +13,7 @@ import (
 
 	"github.com/tide-project/tide/deploy"
 	"github.com/tide-project/tide/internal/buildinfo"
+	"github.com/tide-project/tide/internal/kube/kubelet"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
 	"github.com/tide-project/tide/internal/kube/operator"
 )
@@ -51,6 +52,7 @@ Then run the controller (two replicas: one holds the Lease and acts):
 	f.DurationVar(&o.Batch, "batch", 100*time.Millisecond, "delay after a pod or node change before the pass it triggers")
 	f.StringVar(&o.LocalRoot, "local-root", "", "directory of the machines of local and netns NodePools, which run on this host (one subdirectory per NodePool)")
 	f.StringVar(&o.NodeServer, "node-apiserver", "", "apiserver URL the machines of non-kwok NodePools join at (default: the one tide kube uses)")
+	f.StringVar(&o.NodeCA, "node-ca", "", "PEM file of the CA the machines of non-kwok NodePools verify --node-apiserver with (default: tide kube's own CA and verification)")
 	f.BoolVar(&debug, "debug", false, "log at debug level (--log-level debug)")
 	lf.register(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -120,7 +122,7 @@ func imageTag(version string) string {
 }
 
 func newKubeNodeCmd(s Streams) *cobra.Command {
-	var bootstrap string
+	var bootstrap, dataDir string
 	var interval time.Duration
 	var lf logFlags
 	cmd := &cobra.Command{
@@ -130,7 +132,10 @@ func newKubeNodeCmd(s Streams) *cobra.Command {
 taints, the machine's capacity) with the join credential tide kube minted for it, and
 keeps the Node Ready and its Lease in kube-node-lease fresh until it is stopped. It runs
 no containers: it is what a machine without a kubelet runs (the local provider's
-machines); on a machine with a container runtime, run kubeadm join instead.
+machines). A join document in kubelet mode (a NodePool's spec.node_join.mode
+kubelet) starts this machine's containerd and a real kubelet instead, which joins by
+TLS bootstrap with the document's bootstrap token and runs the pods; their state is
+under --data-dir, and both stop, with every pod, when this process is stopped.
 
 The join document comes from --bootstrap (a file, or - for standard input).`,
 		Args: cobra.NoArgs,
@@ -143,9 +148,10 @@ The join document comes from --bootstrap (a file, or - for standard input).`,
 			if err != nil {
 				return badInput(err)
 			}
-			return runNodeAgent(cmd.Context(), log, bootstrap, b, interval)
+			return runNodeAgent(cmd.Context(), log, bootstrap, b, interval, dataDir)
 		},
 	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", "/var/lib/tide-node", "state of a kubelet machine (its containerd's and kubelet's)")
 	cmd.Flags().StringVar(&bootstrap, "bootstrap", "", "join document (a file, or - for standard input)")
 	cmd.Flags().DurationVar(&interval, "interval", 0, "heartbeat period of the Node's Ready condition and Lease (default: the join document's, else 10s)")
 	lf.register(cmd)
@@ -155,11 +161,15 @@ The join document comes from --bootstrap (a file, or - for standard input).`,
 
 // runNodeAgent registers the machine as the Node of join document b (read
 // from path) and heartbeats every interval (0: the document's) until ctx
-// ends.
-func runNodeAgent(ctx context.Context, log *slog.Logger, path string, b []byte, interval time.Duration) error {
+// ends; a kubelet-mode document runs the machine's containerd and kubelet
+// instead, their state under dataDir.
+func runNodeAgent(ctx context.Context, log *slog.Logger, path string, b []byte, interval time.Duration, dataDir string) error {
 	j, err := nodeagent.Parse(b)
 	if err != nil {
 		return badInput(fmt.Errorf("--bootstrap %s: %w", path, err))
+	}
+	if j.Mode == nodeagent.ModeKubelet {
+		return kubelet.Run(ctx, j, kubelet.Config{DataDir: dataDir, Logger: log})
 	}
 	return nodeagent.Run(ctx, j, nodeagent.Config{Interval: interval, Logger: log})
 }

@@ -56,7 +56,7 @@ func TestProviderTestSimSubprocess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("TIDE_CLI_TEST_MAIN", "1")
-	code, out, errs := runTide(t, "provider", "test", "--plugin", exe+" provider serve-sim --latency 200ms")
+	code, out, errs := runTide(t, "provider", "test", "--plugin", exe+" provider serve-sim --latency 1s")
 	wantAllPassed(t, code, out, errs)
 	if !strings.Contains(out, "plugin sim tide") {
 		t.Fatalf("the table does not name the plugin from its Info:\n%s", out)
@@ -66,7 +66,7 @@ func TestProviderTestSimSubprocess(t *testing.T) {
 // TestProviderTestRemoteToken: --address with --token-file against a
 // remote sim plugin requiring the token.
 func TestProviderTestRemoteToken(t *testing.T) {
-	cloud, err := plugin.NewSim(nil, 200*time.Millisecond, 1)
+	cloud, err := plugin.NewSim(nil, time.Second, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func pythonPlugin(t *testing.T) (python, script string) {
 func TestProviderTestPythonPlugin(t *testing.T) {
 	python, script := pythonPlugin(t)
 	state := filepath.Join(t.TempDir(), "machines.json")
-	code, out, errs := runTide(t, "provider", "test", "--plugin", python+" "+script+" --latency 0.3 "+state)
+	code, out, errs := runTide(t, "provider", "test", "--plugin", python+" "+script+" --latency 1 "+state)
 	wantAllPassed(t, code, out, errs)
 	if !strings.Contains(out, "plugin json-file") {
 		t.Fatalf("the table does not name the Python plugin:\n%s", out)
@@ -200,7 +200,7 @@ func TestProviderTestRemoteMTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := startServer(t, []string{"TIDE_CLI_TEST_MAIN=1"}, exe, "provider", "serve-sim", "--listen", "127.0.0.1:0",
-		"--latency", "200ms", "--tls-cert", k.ServerCert, "--tls-key", k.ServerKey, "--tls-ca", k.CA)
+		"--latency", "1s", "--tls-cert", k.ServerCert, "--tls-key", k.ServerKey, "--tls-ca", k.CA)
 	code, out, errs := runTide(t, "provider", "test", "--address", addr, "--tls-ca", k.CA,
 		"--tls-cert", k.ClientCert, "--tls-key", k.ClientKey)
 	wantAllPassed(t, code, out, errs)
@@ -213,7 +213,7 @@ func TestProviderTestRemoteMTLS(t *testing.T) {
 // (--listen) passes the suite through --address.
 func TestProviderTestPythonRemote(t *testing.T) {
 	python, script := pythonPlugin(t)
-	addr := startServer(t, nil, python, script, "--latency", "0.3", "--listen", "127.0.0.1:0",
+	addr := startServer(t, nil, python, script, "--latency", "1", "--listen", "127.0.0.1:0",
 		filepath.Join(t.TempDir(), "machines.json"))
 	code, out, errs := runTide(t, "provider", "test", "--address", addr)
 	wantAllPassed(t, code, out, errs)

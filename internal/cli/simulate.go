@@ -2,9 +2,11 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,8 +28,9 @@ func newSimulateCmd(s Streams) *cobra.Command {
 	var seed uint64
 	var skipBad bool
 	var restartableF float64
+	var cb casesFlags
 	cmd := &cobra.Command{
-		Use:   "simulate --trace FILE [--pool-config F] [--policy NAME|all]",
+		Use:   "simulate --trace FILE [--pool-config F] [--policy NAME|all] | --cases N [--seed S] [--seeds K]",
 		Short: "Replay a workload trace against a simulated cloud under one or all scaling policies",
 		Long: `Replay a workload trace (a job trace, or a request-rate or demand series) on
 virtual time against a simulated cloud with boot latency, prices and spot
@@ -40,8 +43,9 @@ demand exactly, with no boot delay).
 The pool config is tide's configuration with one pool of provider type sim;
 its provider options set the cloud's latencies, and the top-level workload and
 scheduler sections say how the trace becomes instances. Without --pool-config
-a default pool is chosen from the trace's format. examples/simulate/ holds one
-config per shipped trace.
+a default pool is chosen from the trace's format, its max sized from the
+trace (twice its peak demand in nodes, plus 4; the choice is printed).
+examples/simulate/ holds one config per shipped trace.
 
 --from and --to replay a window of the trace, in trace time ("24h", "36h30m"
 or seconds): the jobs submitted in it, with those already running at --from as
@@ -59,9 +63,26 @@ report says why.
 Bad trace input is an error naming the file, line and column (exit code 2);
 --skip-bad-rows skips such rows instead and says how many. A run that breaks
 an invariant (a node over capacity, work disrupted by scale-down) prints its
-figures and fails (exit code 1).`,
+figures and fails (exit code 1).
+
+--cases N is the policy benchmark: it draws N cases (a window of a shipped
+trace, a pool of 1 to 4 offerings of different sizes, CPU-only or with GPUs,
+on demand and spot, a boot time of 30 s to 5 min) from the generator seed
+--seed, runs every policy on each case over the simulation seeds 1..--seeds,
+and reports per case (--rows FILE, CSV) and in total whether any policy
+dominates tide (cheaper by more than the seed spread at an equal or shorter
+mean p95 wait), tide's cost against the cheapest other policy and the lower
+bound, and each policy's p95 wait against the boot time. The traces come
+from --traces, their configs from --configs (examples/simulate). --policy
+NAME runs that policy alone (every policy by default).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cb.cases > 0 {
+				return runCases(cmd, s, cb, seed, pol)
+			}
+			if tracePath == "" {
+				return badInput(errors.New("--trace is required (or --cases N for the policy benchmark)"))
+			}
 			if output != "table" && output != "json" {
 				return badInput(fmt.Errorf("-o: want table or json, got %q", output))
 			}
@@ -93,6 +114,9 @@ figures and fails (exit code 1).`,
 			bound, err := w.Bound(cfg, htmlPath != "")
 			if err != nil {
 				return badInput(fmt.Errorf("%s: %w", tracePath, err))
+			}
+			if cfgPath == "" {
+				fmt.Fprintf(s.Err, "tide: %s\n", sim.SizeDefaultPool(cfg, bound))
 			}
 			rep := &sim.Report{Trace: tracePath, Config: cfg, Workload: w, Bound: bound}
 			var run []string
@@ -153,7 +177,11 @@ figures and fails (exit code 1).`,
 	f.StringVar(&toS, "to", "", "replay the trace up to this trace time (a duration such as 48h, or seconds)")
 	f.Float64Var(&restartableF, "restartable", -1, "fraction of the trace's jobs (by a hash of the job id) that consolidation may move, 0..1 (default: the config's workload.restartable, else 0)")
 	f.BoolVar(&skipBad, "skip-bad-rows", false, "skip malformed trace rows (and say how many) instead of failing")
-	_ = cmd.MarkFlagRequired("trace")
+	f.IntVar(&cb.cases, "cases", 0, "run the policy benchmark on this many generated cases (--seed seeds the generator)")
+	f.IntVar(&cb.seeds, "seeds", 3, "with --cases: the simulation seeds 1..K each case runs on")
+	f.StringVar(&cb.traces, "traces", filepath.Join("..", "shared", "traces"), "with --cases: the folder of the shared traces")
+	f.StringVar(&cb.configs, "configs", filepath.Join("examples", "simulate"), "with --cases: the folder of the shipped configs")
+	f.StringVar(&cb.rows, "rows", "", "with --cases: write one CSV row per case to this file")
 	return cmd
 }
 

@@ -178,6 +178,53 @@ func TestSimulateDefaultConfig(t *testing.T) {
 	if !strings.Contains(out, "tide") || !strings.Contains(out, "g8/on-demand") {
 		t.Errorf("output:\n%s", out)
 	}
+	// The pool's max is sized from the trace and the choice printed: the
+	// 20 jobs need at most a few nodes, not the 10,000 of the default.
+	if !strings.Contains(errs, "default pool (no --pool-config): the trace's peak demand is") || !strings.Contains(errs, "nodes [0, ") {
+		t.Errorf("no default pool line on stderr:\n%s", errs)
+	}
+	if strings.Contains(out, "10000") {
+		t.Errorf("the default pool's max was not sized:\n%s", out)
+	}
+}
+
+// TestSimulateCases: --cases runs the policy benchmark on generated
+// cases of the traces found (here one made-up philly trace with the
+// shipped config), writes a row per case and prints the summary; the
+// same generator seed gives the same rows.
+func TestSimulateCases(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "philly_jobs.csv", phillyCSV(400))
+	var rows []string
+	for i := range 2 {
+		path := filepath.Join(dir, fmt.Sprintf("rows%d.csv", i))
+		code, out, errs := run(t, "", "simulate", "--cases", "3", "--seed", "5", "--seeds", "2", "--traces", dir,
+			"--configs", filepath.Join("..", "..", "examples", "simulate"), "--rows", path)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		for _, want := range []string{"3 cases of generator seed 5, simulation seeds 1..2", "tide not dominated:", "tide against the lower bound", "karpenter"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("summary does not say %q:\n%s", want, out)
+			}
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) != 4 || !strings.HasPrefix(lines[0], "case,trace,") || !strings.HasPrefix(lines[1], "5/0,philly_jobs.csv,") {
+			t.Fatalf("rows:\n%s", b)
+		}
+		var kept []string
+		for _, l := range lines {
+			kept = append(kept, l[:strings.LastIndex(strings.TrimSuffix(l, ","), ",")]) // without the run time
+		}
+		rows = append(rows, strings.Join(kept, "\n"))
+	}
+	if rows[0] != rows[1] {
+		t.Errorf("the same seed gave other rows:\n%s\n--\n%s", rows[0], rows[1])
+	}
 }
 
 // TestSimulateBadInput: bad trace rows are errors naming the file, line

@@ -49,6 +49,18 @@ type Pool struct {
 	Scaling Scaling `json:"scaling"`
 	// Disruption is the pool's consolidation and its budgets (disruption.go).
 	Disruption *Disruption `json:"disruption,omitempty"`
+	// Weight prefers the pool outright when routing an instance that names
+	// no pool (0..100, Karpenter's NodePool weight): among the pools whose
+	// selector and offerings fit, the heaviest first, the cheapest
+	// breaking ties.
+	Weight int `json:"weight,omitempty"`
+	// MaxQueued caps the instances waiting (PENDING) in the pool: a submit
+	// that would pass it is refused with 429 (seed 002's provisioning
+	// queue cap). 0, the default, is no cap.
+	MaxQueued int `json:"max_queued,omitempty"`
+	// Limits bound the pool's CPU, memory, GPUs and cost per hour in all
+	// (limits.go); a purchase never crosses them.
+	Limits Limits `json:"limits,omitzero"`
 }
 
 // Provider selects and configures a capacity provider.
@@ -144,6 +156,7 @@ func (p *Pool) PolicyConfig() policy.Config {
 		MinUtilization: s.MinUtilization, MinUnutilizedNodes: s.MinUnutilizedNodes,
 		ScaleDownDelay: time.Duration(s.ScaleDownDelay), BatchWindow: time.Duration(s.BatchWindow), Headroom: s.Headroom,
 		ProtectFirstNode: s.ProtectFirstNode, ConsolidateAfter: time.Duration(s.ConsolidateAfter),
+		Limits: p.Limits.Limits,
 	}
 }
 
@@ -274,6 +287,12 @@ func (p *Pool) validate() error {
 	if !known {
 		errs = append(errs, fmt.Errorf("provider.type: unknown provider %q (want one of %s)", p.Provider.Type, strings.Join(ProviderTypes, ", ")))
 	}
+	if p.Weight < 0 || p.Weight > 100 {
+		errs = append(errs, fmt.Errorf("weight: must be within 0..100, got %d", p.Weight))
+	}
+	if p.MaxQueued < 0 {
+		errs = append(errs, fmt.Errorf("max_queued: must not be negative, got %d", p.MaxQueued))
+	}
 	if _, err := p.Consolidation(); err != nil {
 		errs = append(errs, splitJoined(err)...)
 	}
@@ -285,7 +304,7 @@ func (p *Pool) validate() error {
 			switch {
 			case strings.HasPrefix(msg, "nodes:"), strings.HasPrefix(msg, "offerings["):
 				// Already checked while decoding, with the field path.
-			case strings.HasPrefix(msg, "offerings:"):
+			case strings.HasPrefix(msg, "offerings:"), strings.HasPrefix(msg, "limits."):
 				errs = append(errs, e)
 			default:
 				errs = append(errs, fmt.Errorf("scaling.%w", e))

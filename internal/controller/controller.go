@@ -618,6 +618,27 @@ func (c *Controller) Unavailable(now time.Time) []string {
 	return out
 }
 
+// Held is what the pool's machines add up to as of the last pass: every
+// machine the controller holds (booting and draining ones included), with
+// the resources and price of the offering it was launched as. The policy
+// cuts purchases to the pool's limits with it. Safe for concurrent use.
+func (c *Controller) Held() policy.Held {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var h policy.Held
+	for i := range c.shown {
+		if c.shown[i].MachineID == "" {
+			continue
+		}
+		h.Nodes++
+		if j := slices.IndexFunc(c.offerings, func(o capacity.Offering) bool { return o.Name() == c.shown[i].Offering }); j >= 0 {
+			h.Resources = h.Resources.Add(c.offerings[j].Resources)
+			h.CostPerHour += c.offerings[j].PricePerHour
+		}
+	}
+	return h
+}
+
 // NodeStatus is one ordinal's machine.
 type NodeStatus struct {
 	ID        reconcile.NodeID

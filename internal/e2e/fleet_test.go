@@ -157,6 +157,16 @@ func (r *fleetRig) runHead(name string) {
 	})
 }
 
+// firstAttemptRunning reports whether instance id of head c runs its first
+// attempt: it was never stopped or run again.
+func firstAttemptRunning(c *client.Client, id string) (bool, string) {
+	in, err := c.Instance(context.Background(), id)
+	if err != nil {
+		return false, err.Error()
+	}
+	return in.Status == "RUNNING" && in.Attempt == 1, fmt.Sprintf("%s attempt %d", in.Status, in.Attempt)
+}
+
 // waitNoneOnline waits until no worker of head c is ONLINE: its pool has
 // given its machines back.
 func (r *fleetRig) waitNoneOnline(c *client.Client, name string) {
@@ -439,13 +449,7 @@ func TestFleetDownClustersKeepRunning(t *testing.T) {
 	r := startFleet(t)
 	a := r.startHead("a", 100)
 	first := r.submit1(a, "sleep 600", false)
-	running := func(id string) (bool, string) {
-		in, err := a.Instance(context.Background(), id)
-		if err != nil {
-			return false, err.Error()
-		}
-		return in.Status == "RUNNING" && in.Attempt == 1, fmt.Sprintf("%s attempt %d", in.Status, in.Attempt)
-	}
+	running := func(id string) (bool, string) { return firstAttemptRunning(a, id) }
 	r.waitFor(60*time.Second, "A's instance to run", func() (bool, string) { return running(first) })
 	before := r.machines()
 
@@ -494,13 +498,7 @@ func TestFleetHeadKilledKeepsItsMachines(t *testing.T) {
 	r := startFleet(t)
 	a := r.startHead("a", 100)
 	id := r.submit1(a, "sleep 600", false)
-	running := func() (bool, string) {
-		in, err := a.Instance(context.Background(), id)
-		if err != nil {
-			return false, err.Error()
-		}
-		return in.Status == "RUNNING" && in.Attempt == 1, fmt.Sprintf("%s attempt %d", in.Status, in.Attempt)
-	}
+	running := func() (bool, string) { return firstAttemptRunning(a, id) }
 	r.waitFor(60*time.Second, "A's instance to run", running)
 	before := r.machines()
 	r.kill9(r.headD["a"])

@@ -108,6 +108,9 @@ func (h *Head) Submit(ctx context.Context, req *httpapi.SubmitRequest) ([]string
 	if pool == "" && target == nil && h.cfg.Route != nil {
 		pool = h.cfg.Route(spec.Labels, spec.Resources)
 	}
+	if err := h.checkQueue(ctx, pool, spec.Replicas); err != nil {
+		return nil, err
+	}
 	ins := make([]store.Instance, spec.Replicas)
 	ids := make([]string, spec.Replicas)
 	now := h.clk.Now()
@@ -135,6 +138,29 @@ func (h *Head) Submit(ctx context.Context, req *httpapi.SubmitRequest) ([]string
 	h.m.submitted.Add(float64(spec.Replicas))
 	h.Poke()
 	return ids, nil
+}
+
+// checkQueue refuses, with 429 and a reason, a submit of n instances that
+// would take pool past its max_queued waiting instances (seed 002: ECS
+// caps its provisioning queue). The count is read before the insert, so
+// concurrent submits may pass the cap by at most their own replicas.
+func (h *Head) checkQueue(ctx context.Context, pool string, n int) error {
+	if h.cfg.MaxQueued == nil || pool == "" {
+		return nil
+	}
+	max := h.cfg.MaxQueued(pool)
+	if max <= 0 {
+		return nil
+	}
+	waiting, err := h.st.CountInstances(ctx, store.Filter{Status: store.StatusPending, Pool: &pool})
+	if err != nil {
+		return err
+	}
+	if waiting+n > max {
+		return httpapi.Errorf(http.StatusTooManyRequests, "pool %q has %d instances waiting; %d more would pass its max_queued of %d",
+			pool, waiting, n, max)
+	}
+	return nil
 }
 
 // Instance returns one instance.

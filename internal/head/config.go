@@ -121,6 +121,11 @@ type Config struct {
 	// "" leaves it in the default pool "". It is called once per submit
 	// request, on the request's goroutine. Nil: such instances stay in "".
 	Route func(labels map[string]string, req capacity.Resources) string
+	// MaxQueued returns the most instances that may wait (PENDING) in a
+	// pool; 0 for no cap. A submit that would pass it is refused with 429
+	// and a reason. Called once per submit request that lands in a pool.
+	// Nil: no pool has a cap.
+	MaxQueued func(pool string) int
 	// PoolStatus returns the autoscaled pools' own view for GET /pools and
 	// GET /nodes, in display order; the head merges it with its workers and
 	// its last pressure report (Head.SetPoolStatus replaces it). It is

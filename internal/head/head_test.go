@@ -882,3 +882,64 @@ func TestListLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestSubmitBounds: what one submission carries is bounded at the API; a
+// body with 100,000 labels, or a name holding NUL and a newline, is
+// refused with 400 naming the field and nothing is stored.
+func TestSubmitBounds(t *testing.T) {
+	e := newEnv(t, nil)
+	labels := make(obj, 100000)
+	for i := range 100000 {
+		labels[fmt.Sprintf("k%d", i)] = "v"
+	}
+	for _, c := range []struct {
+		body obj
+		want string
+	}{
+		{obj{"command": "x", "labels": labels}, "labels: at most 64, got 100000"},
+		{obj{"command": "x", "name": "a\x00b\nc"}, `name "a\x00b\nc" must be UTF-8 without control characters`},
+		{obj{"command": "x", "labels": obj{"k": "line\nbreak"}}, `label value for "k" must be UTF-8 without control characters`},
+		{obj{"command": "x", "env": obj{"A": strings.Repeat("v", 600<<10)}}, "env: at most 524288 bytes"},
+		{obj{"command": strings.Repeat("x", 200<<10)}, "command must be at most 131072 bytes"},
+	} {
+		var out struct{ Detail string }
+		if code := e.do("POST", "/instances", c.body, &out); code != 400 || !strings.HasPrefix(out.Detail, c.want) {
+			t.Errorf("submit: %d %q, want 400 %q", code, out.Detail, c.want)
+		}
+	}
+	var list []httpapi.InstanceJSON
+	if code := e.do("GET", "/instances", nil, &list); code != 200 || len(list) != 0 {
+		t.Fatalf("stored after refusals: %d %d instances", code, len(list))
+	}
+}
+
+// TestMaxQueuedRefusesWith429: a pool's cap on waiting instances refuses
+// a submit that would pass it with 429 and a reason; another pool, and the
+// same pool once an instance stops waiting, still accept.
+func TestMaxQueuedRefusesWith429(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.MaxQueued = func(pool string) int {
+			if pool == "capped" {
+				return 2
+			}
+			return 0
+		}
+	})
+	first := e.submit(obj{"command": "x", "pool": "capped"})
+	e.submit(obj{"command": "x", "pool": "capped"})
+	for _, body := range []obj{{"command": "x", "pool": "capped"}, {"command": "x", "pool": "capped", "replicas": 5}} {
+		var out struct{ Detail string }
+		code := e.do("POST", "/instances", body, &out)
+		if code != http.StatusTooManyRequests || !strings.Contains(out.Detail, `pool "capped" has 2 instances waiting;`) ||
+			!strings.Contains(out.Detail, "would pass its max_queued of 2") {
+			t.Fatalf("submit past the cap: %d %q", code, out.Detail)
+		}
+	}
+	for range 3 {
+		e.submit(obj{"command": "x", "pool": "free"})
+	}
+	if code := e.do("POST", "/instances/"+first+"/cancel", nil, nil); code != 200 {
+		t.Fatalf("cancel: %d", code)
+	}
+	e.submit(obj{"command": "x", "pool": "capped"})
+}

@@ -59,6 +59,10 @@ type Config struct {
 
 	// ProtectFirstNode keeps the node with ordinal 0 out of every scale-down.
 	ProtectFirstNode bool
+
+	// Limits bound the pool's resources and cost in all (limits.go); the
+	// zero value sets none.
+	Limits Limits
 }
 
 // Validate fills defaults and checks every knob; the returned error names
@@ -122,6 +126,7 @@ func (c *Config) Validate() error {
 	if c.MinStep > c.MaxStep {
 		errs = append(errs, fmt.Errorf("scale_step.min: %d is above scale_step.max %d", c.MinStep, c.MaxStep))
 	}
+	errs = append(errs, c.Limits.Validate(c.Nodes, c.Offerings)...)
 	if (c.Policy == TargetTracking || c.Policy == Tide || c.Policy == Karpenter || c.Policy == ClusterAutoscaler) && len(c.Offerings) == 0 {
 		errs = append(errs, fmt.Errorf("offerings: policy %s needs at least one offering", c.Policy))
 	}
@@ -145,18 +150,20 @@ func New(cfg Config) (Policy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	var p Policy
 	switch cfg.Policy {
 	case Skyward:
-		return withPurchase(NewSkyward(cfg), cfg), nil
+		p = withPurchase(NewSkyward(cfg), cfg)
 	case TargetTracking:
-		return withPurchase(NewTargetTracking(cfg), cfg), nil
+		p = withPurchase(NewTargetTracking(cfg), cfg)
 	case Utilization:
-		return withPurchase(NewUtilization(cfg), cfg), nil
+		p = withPurchase(NewUtilization(cfg), cfg)
 	case Karpenter:
-		return NewKarpenter(cfg), nil
+		p = NewKarpenter(cfg)
 	case ClusterAutoscaler:
-		return NewClusterAutoscaler(cfg), nil
+		p = NewClusterAutoscaler(cfg)
 	default:
-		return NewTide(cfg), nil
+		p = NewTide(cfg)
 	}
+	return withLimits(p, cfg), nil
 }

@@ -60,6 +60,9 @@ type Input struct {
 	// Unavailable names the offerings that are out of capacity now (the
 	// controller's ICE cache): a purchase does not count on them.
 	Unavailable []string
+	// Held is what the pool's machines add up to (the controller's, for
+	// Config.Limits); nil: estimated from the report's nodes.
+	Held *Held
 }
 
 // Decision is a policy's answer.

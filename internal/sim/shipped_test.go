@@ -11,23 +11,6 @@ import (
 	"github.com/tide-project/tide/internal/trace"
 )
 
-// shippedConfigs names the shipped config (examples/simulate) of every
-// trace in the shared traces folder that the simulator reads.
-var shippedConfigs = map[string]string{
-	"philly_jobs.csv":                          "philly.yaml",
-	"google2011_jobs.csv":                      "google2011.yaml",
-	"azure_llm2023_conv_rate_1s.csv":           "azure-conv.yaml",
-	"azure_llm2023_code_rate_1s.csv":           "azure-code.yaml",
-	"google2011_tasks_1h-4h.csv":               "google2011-tasks.yaml",
-	"google2011_job_rate_5min.csv":             "google2011-job-rate.yaml",
-	"alibaba2017_batch_tasks.csv":              "alibaba2017.yaml",
-	"alibaba_dlrm2025_instances.csv":           "alibaba-dlrm2025.yaml",
-	"alibaba_gpu2023_pods.csv":                 "alibaba-gpu2023.yaml",
-	"alibaba_genai_v2026_sd_requests_1min.csv": "alibaba-genai-sd.yaml",
-	"helios_earth_gpu_demand_5min.csv":         "helios-earth.yaml",
-	"philly_active_nodes_5min.csv":             "philly-active-nodes.yaml",
-}
-
 // notWorkloads are trace files the simulator refuses with a reason (a node
 // list, not a workload).
 var notWorkloads = []string{"alibaba_gpu2023_nodes.csv"}
@@ -48,7 +31,7 @@ func TestEveryTraceHasAShippedConfig(t *testing.T) {
 		if slices.Contains(notWorkloads, name) {
 			continue
 		}
-		cfgFile, ok := shippedConfigs[name]
+		cfgFile, ok := ShippedConfigs[name]
 		if !ok {
 			t.Errorf("%s: no shipped config in examples/simulate", name)
 			continue
@@ -87,7 +70,7 @@ func TestEveryTraceHasAShippedConfig(t *testing.T) {
 			continue
 		}
 		found := false
-		for _, c := range shippedConfigs {
+		for _, c := range ShippedConfigs {
 			found = found || c == e.Name()
 		}
 		if !found {
@@ -108,7 +91,7 @@ func TestEveryTraceHasAShippedConfig(t *testing.T) {
 // configs (docs/benchmarks.md, "Scaling quality IV"). The batch configs
 // keep the default.
 func TestReplicaConfigsReleaseAtTheNextTick(t *testing.T) {
-	for _, cfgFile := range shippedConfigs {
+	for _, cfgFile := range ShippedConfigs {
 		cfg, err := LoadConfig(filepath.Join(examplesDir(), cfgFile))
 		if err != nil {
 			t.Fatalf("%s: %v", cfgFile, err)

@@ -46,13 +46,13 @@ func TestTideStanding(t *testing.T) {
 		t.Skip("set TIDE_SIM_STANDING=1 to hold tide to its goals on every shipped config (about 40 s without -race)")
 	}
 	dir := tracesDir(t)
-	traces := make([]string, 0, len(shippedConfigs))
-	for tr := range shippedConfigs {
+	traces := make([]string, 0, len(ShippedConfigs))
+	for tr := range ShippedConfigs {
 		traces = append(traces, tr)
 	}
 	slices.Sort(traces)
 	for _, tr := range traces {
-		cfgFile := shippedConfigs[tr]
+		cfgFile := ShippedConfigs[tr]
 		t.Run(strings.TrimSuffix(cfgFile, ".yaml"), func(t *testing.T) {
 			cfg, err := LoadConfig(filepath.Join(examplesDir(), cfgFile))
 			if err != nil {
@@ -171,5 +171,66 @@ func TestStandingProblems(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The fixed sample of generated cases TestTideStandingCases runs: the
+// first standingCaseCount cases of generator seed standingCaseSeed, on
+// the standing seeds.
+const (
+	standingCaseSeed  = 7
+	standingCaseCount = 20
+)
+
+// standingCaseLimits are what the sample holds the tide policy to, as
+// measured when it was set (docs/benchmarks.md, "Scaling quality VII"):
+// at most standingCaseDominated of its cases dominated, none by more
+// than standingCaseMargin of tide's cost (measured: 1 of 20, skyward
+// 9.26 % cheaper on an azure-code window at the same p95). Issue 37's goal
+// (not dominated on 95 % of cases, never by more than 2 %) is not met
+// yet; the sample holds where tide stands, so that a change that loses
+// ground fails, and the limits tighten as tide gains it.
+const (
+	standingCaseDominated = 1
+	standingCaseMargin    = 0.10
+)
+
+// TestTideStandingCases runs every applicable policy on a fixed sample of
+// generated cases (a window of a shipped trace on a drawn pool: see
+// GenerateCase) on seeds 1, 2 and 3 and holds tide to standingCaseLimits;
+// every run must also finish without breaking an invariant. It runs with
+// TestTideStanding (TIDE_SIM_STANDING=1, without the race detector).
+func TestTideStandingCases(t *testing.T) {
+	if os.Getenv("TIDE_SIM_STANDING") == "" {
+		t.Skip("set TIDE_SIM_STANDING=1 to run every policy on a sample of generated cases (under a minute without -race)")
+	}
+	bases, err := LoadCaseBases(tracesDir(t), examplesDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, ws, bounds, err := Generate(standingCaseSeed, standingCaseCount, bases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := RunCases(context.Background(), cases, ws, bounds, policy.Names, standingSeeds, 0, nil)
+	dominated := 0
+	for _, r := range results {
+		if r.Err != nil {
+			t.Fatalf("case %s: %v", r.Case.Describe(), r.Err)
+		}
+		v := r.Judge()
+		t.Logf("%s: tide %+.2f %% against the cheapest other (%s), %.3f × the bound, p95 %.0f s (boot %.0f s)",
+			r.Case.Describe(), 100*v.VsBestOther, v.BestOther, v.VsBound, v.P95, v.Boot)
+		if v.DominatedBy == "" {
+			continue
+		}
+		dominated++
+		t.Logf("  %s dominates tide: %.2f %% cheaper (seed spread %.2f %%) at an equal or shorter p95", v.DominatedBy, 100*v.Margin, 100*v.Spread)
+		if v.Margin > standingCaseMargin {
+			t.Errorf("case %s: %s dominates tide by %.2f %%, more than %.0f %%", r.Case.Describe(), v.DominatedBy, 100*v.Margin, 100*standingCaseMargin)
+		}
+	}
+	if dominated > standingCaseDominated {
+		t.Errorf("tide dominated on %d of %d cases, more than %d", dominated, len(results), standingCaseDominated)
 	}
 }

@@ -317,7 +317,8 @@ const DefaultReplicaWindow = time.Minute
 // (or per unit of level; a whole node per node of philly-active-nodes) on
 // 8-GPU nodes, never fewer than 1, following the series over windows of
 // DefaultReplicaWindow (or the bins, when wider). Every pool boots in
-// DefaultBoot, scales between 0 and 10,000 nodes with the tide policy.
+// DefaultBoot and scales from 0 nodes with the tide policy, up to 10,000
+// nodes until SizeDefaultPool sizes it from the trace.
 func DefaultConfig(f trace.Format) *Config {
 	g8 := capacity.Offering{Type: "g8", Kind: capacity.OnDemand, PricePerHour: 24.48,
 		Resources: capacity.Resources{MilliCPU: 96000, Memory: 768 << 30, GPUs: 8}}
@@ -353,6 +354,17 @@ func DefaultConfig(f trace.Format) *Config {
 		panic(errors.Join(errors.New("sim: invalid default config"), err))
 	}
 	return c
+}
+
+// SizeDefaultPool sets the max of a default pool (DefaultConfig) from the
+// workload's lower bound b: the trace's peak demand in nodes of the
+// pool's offerings (of the smallest), doubled, plus 4 (SizeNodes), so that no policy is held
+// at the max and the comparison is of the policies, not of the cap. It
+// returns the choice as one line for the user.
+func SizeDefaultPool(cfg *Config, b trace.Bound) string {
+	cfg.Pool.Nodes = capacity.Elastic(cfg.Pool.Nodes.Min, max(SizeNodes(b), cfg.Pool.Nodes.Min, 1))
+	return fmt.Sprintf("default pool (no --pool-config): the trace's peak demand is %d nodes of %s (%s, the lower bound's peak); nodes [%d, %d] (twice the peak, plus 4: see sim.SizeNodes)",
+		b.PeakNodes, b.Offering.Name(), b.Offering.Resources, cfg.Pool.Nodes.Min, cfg.Pool.Nodes.Max)
 }
 
 // hasGPUColumn reports whether a job trace's rows can ask for GPUs.

@@ -16,6 +16,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/validate"
@@ -33,6 +35,18 @@ const (
 	MaxRestartsLimit = 10000
 	// MaxNameLen is the longest instance name (and worker id).
 	MaxNameLen = 253
+	// MaxLabels is the most labels one submit may carry (AWS allows 50
+	// tags on a resource, Kubernetes bounds the whole object; 64 is
+	// above what a scheduler needs and far below what fills a store).
+	MaxLabels = 64
+	// MaxEnvVars is the most env variables one submit may carry.
+	MaxEnvVars = 256
+	// MaxEnvBytes bounds the env's keys and values summed (a quarter of
+	// a typical 2 MiB ARG_MAX, which the worker's exec shares with argv).
+	MaxEnvBytes = 512 << 10
+	// MaxCommandBytes bounds the command (Linux refuses one argv string
+	// past MAX_ARG_STRLEN, 128 KiB; the worker passes it to sh -c).
+	MaxCommandBytes = 128 << 10
 )
 
 // Defaults of a submit that leaves a field out.
@@ -152,21 +166,26 @@ func bad(format string, args ...any) *Error {
 // Spec is a checked submit request with its defaults applied: what the
 // head stores for each replica. Check guarantees every comment below.
 type Spec struct {
-	// Command is non-empty, without surrounding white space.
+	// Command is non-empty, without surrounding white space, at most
+	// MaxCommandBytes, without NUL.
 	Command string
 	// Resources are the requests of one replica: validated, defaults
 	// applied; GPUs is len(GPUIndices) when indices are given.
 	Resources capacity.Resources
-	// TargetWorker is the worker the replicas must run on ("" for any).
-	// Whether it exists is the head's check.
+	// TargetWorker is the worker the replicas must run on ("" for any),
+	// UTF-8 without control characters. Whether it exists is the head's
+	// check.
 	TargetWorker string
 	// GPUIndices are non-negative and unique, and non-empty only with a
 	// TargetWorker. Whether that worker has them is the head's check.
 	GPUIndices []int
-	// Labels have keys of 1 to MaxLabelKey bytes and values of at most
-	// MaxLabelValue bytes.
+	// Labels are at most MaxLabels, with keys of 1 to MaxLabelKey bytes
+	// and values of at most MaxLabelValue bytes, both UTF-8 without
+	// control characters.
 	Labels map[string]string
-	Env    map[string]string
+	// Env is at most MaxEnvVars variables of MaxEnvBytes in all; names
+	// are non-empty without '=' or NUL, values without NUL.
+	Env map[string]string
 	// Venv is "" or an absolute path with no ".." element.
 	Venv string
 	// Replicas is between 1 and MaxReplicas.
@@ -176,8 +195,8 @@ type Spec struct {
 	MaxRestarts int
 	// Name is "" (unnamed) or passes ValidName.
 	Name string
-	// Pool is the pool asked for ("" for none). Whether it exists is the
-	// head's check.
+	// Pool is the pool asked for ("" for none), UTF-8 without control
+	// characters. Whether it exists is the head's check.
 	Pool        string
 	Exclusive   bool
 	Daemon      bool
@@ -197,12 +216,21 @@ func Check(req *Request) (*Spec, error) {
 	if s.Command == "" {
 		return nil, bad("command must not be empty")
 	}
+	if len(s.Command) > MaxCommandBytes {
+		return nil, bad("command must be at most %d bytes, got %d", MaxCommandBytes, len(s.Command))
+	}
+	if strings.IndexByte(s.Command, 0) >= 0 {
+		return nil, bad("command must not contain NUL")
+	}
 	if err := req.ResourceRequirements.Validate("resource_requirements"); err != nil {
 		return nil, bad("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	s.Resources = req.ResourceRequirements.ToResources(DefaultCPU, 0, DefaultMemoryMB)
 	if req.TargetWorker != nil {
 		s.TargetWorker = *req.TargetWorker
+		if !printable(s.TargetWorker) {
+			return nil, bad("target_worker %q must be UTF-8 without control characters", s.TargetWorker)
+		}
 	}
 	if len(req.GPUIndices) > 0 {
 		if s.TargetWorker == "" {
@@ -221,6 +249,9 @@ func Check(req *Request) (*Spec, error) {
 		s.Resources.GPUs = int64(len(req.GPUIndices))
 	}
 	s.GPUIndices = req.GPUIndices
+	if len(req.Labels) > MaxLabels {
+		return nil, bad("labels: at most %d, got %d", MaxLabels, len(req.Labels))
+	}
 	for k, v := range req.Labels {
 		if k == "" || len(k) > MaxLabelKey {
 			return nil, bad("label key %q must be 1 to %d characters", k, MaxLabelKey)
@@ -228,6 +259,15 @@ func Check(req *Request) (*Spec, error) {
 		if len(v) > MaxLabelValue {
 			return nil, bad("label value for %q exceeds %d characters", k, MaxLabelValue)
 		}
+		if !printable(k) {
+			return nil, bad("label key %q must be UTF-8 without control characters", k)
+		}
+		if !printable(v) {
+			return nil, bad("label value for %q must be UTF-8 without control characters", k)
+		}
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return nil, err
 	}
 	s.Labels, s.Env = req.Labels, req.Env
 	if req.Venv != nil && *req.Venv != "" {
@@ -269,6 +309,9 @@ func Check(req *Request) (*Spec, error) {
 	s.Exclusive = req.Exclusive == nil || *req.Exclusive
 	if req.Pool != nil {
 		s.Pool = *req.Pool
+		if !printable(s.Pool) {
+			return nil, bad("pool %q must be UTF-8 without control characters", s.Pool)
+		}
 	}
 	s.Daemon = req.Daemon != nil && *req.Daemon
 	s.Restartable = req.Restartable != nil && *req.Restartable
@@ -277,14 +320,51 @@ func Check(req *Request) (*Spec, error) {
 
 // ValidName refuses an instance name the API could not address: empty,
 // longer than MaxNameLen, with a character that ends a URL path segment
-// ('/', '?', '#', '%'), with surrounding spaces, "." or "..". The error is
-// an *Error with status 400.
+// ('/', '?', '#', '%'), with surrounding spaces, "." or "..", or one that
+// is not UTF-8 or holds a control character (NUL, a newline: a name is
+// printed in listings and logs, one per line). The error is an *Error
+// with status 400.
 func ValidName(n string) error {
 	if n == "" || len(n) > MaxNameLen {
 		return bad("name must be 1 to %d characters", MaxNameLen)
 	}
 	if strings.ContainsAny(n, "/?#%") || strings.TrimSpace(n) != n || n == "." || n == ".." {
 		return bad("name %q must not contain '/', '?', '#', '%%' or surrounding spaces", n)
+	}
+	if !printable(n) {
+		return bad("name %q must be UTF-8 without control characters", n)
+	}
+	return nil
+}
+
+// printable reports whether s is valid UTF-8 without a control character
+// (C0 such as NUL and newline, DEL, C1).
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	return !strings.ContainsFunc(s, unicode.IsControl)
+}
+
+// checkEnv bounds the env: at most MaxEnvVars variables of MaxEnvBytes in
+// all, names non-empty without '=' or NUL, values without NUL (exec
+// refuses both; a newline in a value is a shell's business and allowed).
+func checkEnv(env map[string]string) error {
+	if len(env) > MaxEnvVars {
+		return bad("env: at most %d variables, got %d", MaxEnvVars, len(env))
+	}
+	size := 0
+	for k, v := range env {
+		size += len(k) + len(v)
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return bad("env name %q must be non-empty without '=' or NUL", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return bad("env value for %q must not contain NUL", k)
+		}
+	}
+	if size > MaxEnvBytes {
+		return bad("env: at most %d bytes of names and values, got %d", MaxEnvBytes, size)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package submit
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path"
 	"reflect"
 	"slices"
@@ -51,6 +52,60 @@ var refusals = []struct{ body, want string }{
 	{`{"command":"x","max_restarts":10001}`, "max_restarts must be between 0 and 10000, got 10001"},
 	{`{"command":"x","name":"a/b"}`, `name "a/b" must not contain '/', '?', '#', '%' or surrounding spaces`},
 	{`{"command":"x","name":""}`, "name must be 1 to 253 characters"},
+	{`{"command":"x","name":"a\u0000b\nc"}`, `name "a\x00b\nc" must be UTF-8 without control characters`},
+	{`{"command":"x","labels":{"k":"a\nb"}}`, `label value for "k" must be UTF-8 without control characters`},
+	{`{"command":"x","labels":{"k\u007f":"v"}}`, `label key "k\x7f" must be UTF-8 without control characters`},
+	{`{"command":"x","pool":"p\r"}`, `pool "p\r" must be UTF-8 without control characters`},
+	{`{"command":"x","target_worker":"w\u0085"}`, `target_worker "w\u0085" must be UTF-8 without control characters`},
+	{`{"command":"a\u0000b"}`, "command must not contain NUL"},
+	{`{"command":"` + strings.Repeat("x", MaxCommandBytes+1) + `"}`, "command must be at most 131072 bytes, got 131073"},
+	{`{"command":"x","env":{"A=B":"v"}}`, `env name "A=B" must be non-empty without '=' or NUL`},
+	{`{"command":"x","env":{"":"v"}}`, `env name "" must be non-empty without '=' or NUL`},
+	{`{"command":"x","env":{"A":"\u0000"}}`, `env value for "A" must not contain NUL`},
+	{`{"command":"x","env":{"A":"` + strings.Repeat("v", MaxEnvBytes) + `"}}`, "env: at most 524288 bytes of names and values, got 524289"},
+}
+
+// manyBody is a submit body with n labels (or env variables when env).
+func manyBody(n int, env bool) string {
+	field := "labels"
+	if env {
+		field = "env"
+	}
+	var b strings.Builder
+	b.WriteString(`{"command":"x","` + field + `":{`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"k%d":"v"`, i)
+	}
+	b.WriteString("}}")
+	return b.String()
+}
+
+// TestCheckCounts: the number of labels and env variables is bounded, at
+// the bound accepted and one past it refused naming the field.
+func TestCheckCounts(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		env  bool
+		want string
+	}{
+		{MaxLabels, false, ""},
+		{MaxLabels + 1, false, "labels: at most 64, got 65"},
+		{100000, false, "labels: at most 64, got 100000"},
+		{MaxEnvVars, true, ""},
+		{MaxEnvVars + 1, true, "env: at most 256 variables, got 257"},
+	} {
+		_, err := Parse([]byte(manyBody(c.n, c.env)))
+		var e *Error
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%d (env %v): refused: %v", c.n, c.env, err)
+		case c.want != "" && (!errors.As(err, &e) || e.Code != 400 || e.Detail != c.want):
+			t.Errorf("%d (env %v): error %v, want 400 %q", c.n, c.env, err, c.want)
+		}
+	}
 }
 
 // TestCheckRefusals pins the first failure's status and text for one
@@ -183,10 +238,35 @@ func checkSpec(t *testing.T, body []byte, s *Spec) {
 			fail("negative or repeated gpu_indices")
 		}
 	}
+	if len(s.Command) > MaxCommandBytes || strings.IndexByte(s.Command, 0) >= 0 {
+		fail("a long command or one with NUL")
+	}
+	if len(s.Labels) > MaxLabels {
+		fail("too many labels")
+	}
 	for k, v := range s.Labels {
 		if k == "" || len(k) > MaxLabelKey || len(v) > MaxLabelValue {
 			fail("a label out of bounds")
 		}
+		if !printableRef(k) || !printableRef(v) {
+			fail("a label with a control character or not UTF-8")
+		}
+	}
+	if len(s.Env) > MaxEnvVars {
+		fail("too many env variables")
+	}
+	size := 0
+	for k, v := range s.Env {
+		size += len(k) + len(v)
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(v, "\x00") {
+			fail("an env variable exec refuses")
+		}
+	}
+	if size > MaxEnvBytes {
+		fail("an env past its size")
+	}
+	if !printableRef(s.Name) || !printableRef(s.Pool) || !printableRef(s.TargetWorker) {
+		fail("a name, pool or target with a control character or not UTF-8")
 	}
 	if s.Venv != "" && (!path.IsAbs(s.Venv) || slices.Contains(strings.Split(s.Venv, "/"), "..")) {
 		fail("a relative venv or one with '..'")
@@ -203,6 +283,22 @@ func checkSpec(t *testing.T, body []byte, s *Spec) {
 	if s.Name != "" && ValidName(s.Name) != nil {
 		fail("an invalid name")
 	}
+}
+
+// printableRef is printable written the slow, obvious way: every rune
+// decodes and is none of C0, DEL or C1.
+func printableRef(s string) bool {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return false
+			}
+		}
+		if r < 0x20 || (r >= 0x7f && r < 0xa0) {
+			return false
+		}
+	}
+	return true
 }
 
 // normalized maps empty maps and slices to nil: the request's encoding

@@ -237,7 +237,11 @@ func (c *Controller) act(ctx context.Context, now time.Time, acts []fleet.Action
 			m := c.slot(a.Machine)
 			m.op, m.issued, m.tries, m.due = opDrain, false, 0, now.Add(a.Grace)
 			if name := c.clusterName(a.Cluster); name != "" {
-				if err := c.op.Cordon(ctx, name, m.id, a.Grace, c.drainReason(a)); err != nil {
+				why := c.drainReason(a)
+				if a.Reason == fleet.ReasonPreempt {
+					c.log.Info("preempting a machine", "machine", m.id, "from", name, "grace", a.Grace, "why", why)
+				}
+				if err := c.op.Cordon(ctx, name, m.id, a.Grace, why); err != nil {
 					c.log.Warn("cordon failed; draining after the grace anyway", "machine", m.id, "err", err)
 				}
 			}

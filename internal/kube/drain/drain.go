@@ -68,7 +68,12 @@ func running(p *corev1.Pod) bool {
 func Compute(node string, pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) Plan {
 	var mine []*corev1.Pod
 	for _, p := range pods {
-		if p.Spec.NodeName == node && running(p) && !demand.Daemon(p) {
+		// A deleted pod counts until its object is gone, whatever its
+		// phase: a kubelet reports Succeeded or Failed once the containers
+		// stopped, then tears the sandbox and volumes down and only then
+		// removes the object. Deleting the machine in between strands the
+		// pod object (Terminating until the pod GC, 40 s later, takes it).
+		if p.Spec.NodeName == node && (running(p) || p.DeletionTimestamp != nil) && !demand.Daemon(p) {
 			mine = append(mine, p)
 		}
 	}

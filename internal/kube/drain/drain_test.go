@@ -70,6 +70,10 @@ func TestCompute(t *testing.T) {
 			pdbs:  []*policyv1.PodDisruptionBudget{func() *policyv1.PodDisruptionBudget { b := pdb("web", "web", 0); b.Namespace = "x"; return b }()},
 			evict: "a"},
 		{name: "terminating pods wait", pods: []*corev1.Pod{pod("a", "n1", gone)}, terminating: 1},
+		// A kubelet marks a deleted pod Succeeded when its containers
+		// stopped, and removes the object only after tearing it down.
+		{name: "deleted pods wait until their object is gone, finished or not",
+			pods: []*corev1.Pod{pod("a", "n1", gone, done), pod("job", "n1", done)}, terminating: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Compute("n1", tc.pods, tc.pdbs)

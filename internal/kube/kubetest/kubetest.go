@@ -36,7 +36,10 @@ type Cluster struct {
 	// Token is the admin bearer token.
 	Token string
 	// Bin is the directory of the binaries.
-	Bin    string
+	Bin string
+	// CAFile is the cluster's CA (PEM): it signed the apiserver's serving
+	// certificate and signs kubelets' client certificates.
+	CAFile string
 	state  string
 	client *http.Client
 }
@@ -76,9 +79,22 @@ func Missing() ([]string, string) {
 	return missing, dir
 }
 
+// Options are the settings of StartWith.
+type Options struct {
+	// APIServerSANs are more IP addresses the apiserver's certificate
+	// names (an address machines in network namespaces reach it at).
+	APIServerSANs []string
+}
+
 // Start starts a cluster for t and stops it (by the pids the script
 // recorded) when t ends, even when t fails.
 func Start(t testing.TB) *Cluster {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, o Options) *Cluster {
 	t.Helper()
 	if missing, dir := Missing(); len(missing) > 0 {
 		msg := fmt.Sprintf("no Kubernetes test binaries (%s missing in %s); build them with scripts/kube-test-cluster build",
@@ -92,6 +108,7 @@ func Start(t testing.TB) *Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, script(), "up", state)
+	cmd.Env = append(os.Environ(), "KTC_APISERVER_SANS="+strings.Join(o.APIServerSANs, ","))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -110,7 +127,7 @@ func Start(t testing.TB) *Cluster {
 	if err != nil {
 		t.Fatalf("kube-test-cluster up: %v\n%s", err, stderr.String())
 	}
-	c := &Cluster{Kubeconfig: filepath.Join(state, "kubeconfig"), state: state}
+	c := &Cluster{Kubeconfig: filepath.Join(state, "kubeconfig"), CAFile: filepath.Join(state, "pki", "ca.crt"), state: state}
 	c.Bin, _ = BinDir()
 	_ = out
 	kc, err := os.ReadFile(c.Kubeconfig)

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 
@@ -68,7 +69,45 @@ type Join struct {
 	// HeartbeatSeconds is the agent's heartbeat period when its
 	// Config.Interval is not set (0: 10 s).
 	HeartbeatSeconds int `json:"heartbeat_seconds,omitempty"`
+	// Mode is how the machine joins: "" for this agent, ModeKubelet for a
+	// real kubelet (internal/kube/kubelet), whose Token is then a
+	// bootstrap token (<id>.<secret>) it joins with by TLS bootstrap, and
+	// whose Capacity is what its Node should offer (the kubelet reserves
+	// the rest of a bigger machine).
+	Mode string `json:"mode,omitempty"`
+	// Kubelet configures a ModeKubelet machine.
+	Kubelet *Kubelet `json:"kubelet,omitempty"`
 }
+
+// ModeKubelet is the Join mode of a machine that runs a real kubelet.
+const ModeKubelet = "kubelet"
+
+// Kubelet is what a machine joining with a real kubelet runs; empty fields
+// take the machine's defaults (internal/kube/kubelet).
+type Kubelet struct {
+	// Kubelet, Containerd and Ctr are the executables; CNIBinDir holds the
+	// CNI plugins.
+	Kubelet    string `json:"kubelet,omitempty"`
+	Containerd string `json:"containerd,omitempty"`
+	Ctr        string `json:"ctr,omitempty"`
+	CNIBinDir  string `json:"cni_bin_dir,omitempty"`
+	// SandboxImage is the pause image; Images are docker-archive tarballs
+	// imported into the runtime before the kubelet starts.
+	SandboxImage string   `json:"sandbox_image,omitempty"`
+	Images       []string `json:"images,omitempty"`
+	// PodSubnet is the IPv4 /16 the machine's pods get a /24 of (the
+	// third octet is the last octet of the machine's address).
+	PodSubnet string `json:"pod_subnet,omitempty"`
+}
+
+// bootstrapToken is the form of a bootstrap token (kubeadm's): a 6
+// character id and a 16 character secret.
+var bootstrapToken = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
+
+// ValidBootstrapToken reports whether s has the form of a bootstrap token;
+// the apiserver answers anything else with "invalid bearer token", which a
+// kubelet retries for ever.
+func ValidBootstrapToken(s string) bool { return bootstrapToken.MatchString(s) }
 
 // Encode returns the Join as one line of JSON.
 func (j Join) Encode() ([]byte, error) {
@@ -92,8 +131,20 @@ func Parse(b []byte) (Join, error) {
 	if !strings.HasPrefix(j.Server, "https://") && !strings.HasPrefix(j.Server, "http://") {
 		errs = append(errs, fmt.Errorf("server: want an http(s) URL, got %q", j.Server))
 	}
-	if j.Token == "" {
+	switch {
+	case j.Token == "":
 		errs = append(errs, errors.New("token: must be set"))
+	case j.Mode == ModeKubelet && !ValidBootstrapToken(j.Token):
+		errs = append(errs, errors.New("token: a kubelet joins with a bootstrap token <6 of [a-z0-9]>.<16 of [a-z0-9]>"))
+	}
+	switch j.Mode {
+	case "":
+	case ModeKubelet:
+		if j.Kubelet == nil {
+			j.Kubelet = &Kubelet{}
+		}
+	default:
+		errs = append(errs, fmt.Errorf("mode: %q (want empty for the Node agent, or %q)", j.Mode, ModeKubelet))
 	}
 	if j.Node == "" {
 		errs = append(errs, errors.New("node: must be set"))

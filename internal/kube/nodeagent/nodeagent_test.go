@@ -122,3 +122,29 @@ func ready(n *corev1.Node) bool {
 	}
 	return false
 }
+
+// TestParseKubeletMode: a kubelet-mode Join carries a bootstrap token of
+// kubeadm's form; anything else is refused before a kubelet would retry it
+// for ever.
+func TestParseKubeletMode(t *testing.T) {
+	j := Join{Mode: ModeKubelet, Server: "https://10.0.0.1:6443", Token: "abc123.0123456789abcdef", Node: "m-1", ProviderID: "tide://netns/m-1"}
+	b, err := j.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Parse(b); err != nil || got.Mode != ModeKubelet {
+		t.Fatalf("Parse = %+v, %v", got, err)
+	}
+	for _, tok := range []string{"abc12.0123456789abcdef", "ABC123.0123456789abcdef", "abc123.0123456789abcde", "not-a-token"} {
+		j.Token = tok
+		b, _ := j.Encode()
+		if _, err := Parse(b); err == nil || !strings.Contains(err.Error(), "token") {
+			t.Errorf("token %q: err %v, want one naming the token", tok, err)
+		}
+	}
+	j.Token, j.Mode = "abc123.0123456789abcdef", "kubeadm"
+	b, _ = j.Encode()
+	if _, err := Parse(b); err == nil || !strings.Contains(err.Error(), "mode") {
+		t.Errorf("mode kubeadm: err %v", err)
+	}
+}

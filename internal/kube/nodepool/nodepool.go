@@ -44,6 +44,8 @@ type Pool struct {
 	Labels map[string]string
 	// Taints are put on every node, sorted by key then effect.
 	Taints []Taint
+	// Join is how the pool's machines join (spec.node_join).
+	Join poolspec.Join
 }
 
 // Parse reads the spec (JSON, as the apiserver stores it) of the NodePool
@@ -54,7 +56,7 @@ func Parse(name string, spec []byte) (Pool, error) {
 	if err != nil {
 		return Pool{}, err
 	}
-	p := Pool{Config: s.Config, Labels: s.Labels}
+	p := Pool{Config: s.Config, Labels: s.Labels, Join: s.Join}
 	for _, t := range s.Taints {
 		p.Taints = append(p.Taints, Taint(t))
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/tide-project/tide/internal/kube/demand"
 	"github.com/tide-project/tide/internal/kube/kubeapi"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
+	"github.com/tide-project/tide/internal/kube/poolspec"
 	"github.com/tide-project/tide/internal/kube/workload"
 	"github.com/tide-project/tide/internal/provider/build"
 	"github.com/tide-project/tide/sdk/provider"
@@ -73,6 +74,13 @@ func (o *Operator) mint(ctx context.Context, r *runner, machineID, offering, pro
 	if !ok {
 		return nil, fmt.Errorf("offering %q is not the pool's", offering)
 	}
+	if r.pool.Join.Mode == poolspec.JoinKubelet {
+		capa := map[corev1.ResourceName]string{}
+		for k, v := range demand.ResourceList(off.Resources) {
+			capa[k] = v.String()
+		}
+		return o.mintKubelet(ctx, r, machineID, provType, capa)
+	}
 	name := credName(machineID)
 	labels := map[string]string{demand.PoolLabel: r.name, MachineLabel: machineID}
 	meta := metav1.ObjectMeta{Name: name, Namespace: o.cfg.Namespace, Labels: labels}
@@ -121,8 +129,11 @@ func (o *Operator) mint(ctx context.Context, r *runner, machineID, offering, pro
 func ProviderID(provType, machineID string) string { return "tide://" + provType + "/" + machineID }
 
 // revoke deletes the machine's credential: its tokens stop working at once
-// (a bound token is checked against its ServiceAccount on every request).
-func (o *Operator) revoke(ctx context.Context, machineID string) error {
+// (a bound token is checked against its ServiceAccount on every request);
+// for a kubelet pool's machine, its bootstrap token's Secret (a cluster
+// whose tide RBAC predates kubelet pools lets tide touch no Secret, so
+// agent pools do not try).
+func (o *Operator) revoke(ctx context.Context, r *runner, machineID string) error {
 	kc := o.cfg.Kube
 	if kc == nil {
 		return nil
@@ -133,6 +144,9 @@ func (o *Operator) revoke(ctx context.Context, machineID string) error {
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
+	}
+	if r.pool.Join.Mode == poolspec.JoinKubelet {
+		ignore(kc.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, bootstrapSecretName(r.name, machineID), metav1.DeleteOptions{}))
 	}
 	ignore(kc.CoreV1().ServiceAccounts(o.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{}))
 	ignore(kc.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}))
@@ -180,7 +194,7 @@ func (j joining) Create(ctx context.Context, req provider.CreateRequest) (provid
 	ack, err := j.Provider.Create(ctx, req)
 	switch provider.Kind(err) {
 	case provider.KindInvalid, provider.KindInsufficientCapacity, provider.KindQuotaExceeded:
-		err = errors.Join(err, j.o.revoke(ctx, req.MachineID)) // nothing has the id
+		err = errors.Join(err, j.o.revoke(ctx, j.r, req.MachineID)) // nothing has the id
 	}
 	return ack, err
 }
@@ -208,7 +222,7 @@ func (j joining) Delete(ctx context.Context, req provider.DeleteRequest) (provid
 	if err := req.Validate(); err != nil {
 		return j.Provider.Delete(ctx, req)
 	}
-	if err := j.o.revoke(ctx, req.MachineID); err != nil {
+	if err := j.o.revoke(ctx, j.r, req.MachineID); err != nil {
 		return provider.Ack{}, fmt.Errorf("delete machine %q: revoke its credential: %w", req.MachineID, provider.NewTransient(err, 0))
 	}
 	ack, err := j.Provider.Delete(ctx, req)

@@ -34,7 +34,13 @@ type live struct {
 
 func startLive(t *testing.T) *live {
 	t.Helper()
-	c := kubetest.Start(t)
+	return startLiveWith(t, kubetest.Options{})
+}
+
+// startLiveWith is startLive with the cluster's options.
+func startLiveWith(t *testing.T, o kubetest.Options) *live {
+	t.Helper()
+	c := kubetest.StartWith(t, o)
 	if err := c.Create(deploy.CRD); err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,10 @@ type Options struct {
 	// NodeServer is the apiserver URL machines join at (default: the one
 	// tide kube uses).
 	NodeServer string
+	// NodeCA is a PEM file of the CA machines verify the apiserver at
+	// NodeServer with (default: tide kube's own CA and verification); set,
+	// the machines verify even when tide kube does not.
+	NodeCA string
 	// NodeBinary is the tide executable machines on this host run as
 	// `tide worker --bootstrap -` (default: this binary).
 	NodeBinary string
@@ -97,7 +101,9 @@ func RestConfig(path string) (*rest.Config, error) {
 }
 
 // Run runs `tide kube` until ctx ends or the leadership is lost (an error:
-// the process exits and its restart campaigns again).
+// the process exits and its restart campaigns again). client-go's
+// process-wide klog logger is the caller's to set (the CLI does), so that
+// runs in one process (tests) never swap it under each other's goroutines.
 func Run(ctx context.Context, o Options) error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -248,6 +254,13 @@ func nodeJoin(rc *rest.Config, o Options) (NodeJoin, error) {
 		Heartbeat: o.NodeHeartbeat}
 	if o.NodeServer != "" {
 		j.Server = o.NodeServer
+	}
+	if o.NodeCA != "" {
+		b, err := os.ReadFile(o.NodeCA)
+		if err != nil {
+			return j, fmt.Errorf("node CA: %w", err)
+		}
+		j.CA, j.Insecure = b, false
 	}
 	if len(j.CA) == 0 && rc.CAFile != "" {
 		b, err := os.ReadFile(rc.CAFile)

@@ -13,9 +13,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/tide-project/tide/internal/config"
 )
@@ -49,12 +51,111 @@ type Spec struct {
 	Labels map[string]string
 	// Taints are put on every node, sorted by key then effect.
 	Taints []Taint
+	// Join says how the machines of a provider other than kwok join the
+	// cluster (spec.node_join).
+	Join Join
+}
+
+// Join modes of a NodePool's machines (spec.node_join.mode).
+const (
+	// JoinAgent: the machine runs tide's Node agent (`tide kube node`),
+	// which registers a Node and runs no containers. The default.
+	JoinAgent = "agent"
+	// JoinKubelet: the machine runs a container runtime and a real kubelet
+	// that joins by TLS bootstrap with a bootstrap token minted for it.
+	JoinKubelet = "kubelet"
+)
+
+// Join is spec.node_join: how a machine joins, and, in kubelet mode, what
+// it runs (paths on the machine; empty fields take the machine's
+// defaults, see nodeagent.Kubelet).
+type Join struct {
+	Mode string `json:"mode,omitempty"`
+	// Kubelet, Containerd and Ctr are the executables (default: found on
+	// the machine's PATH); CNIBinDir holds the CNI plugins.
+	Kubelet    string `json:"kubelet,omitempty"`
+	Containerd string `json:"containerd,omitempty"`
+	Ctr        string `json:"ctr,omitempty"`
+	CNIBinDir  string `json:"cni_bin_dir,omitempty"`
+	// SandboxImage is the pod sandbox (pause) image; Images are image
+	// tarballs (docker-archive) the machine imports before its kubelet
+	// starts (machines that reach no registry).
+	SandboxImage string   `json:"sandbox_image,omitempty"`
+	Images       []string `json:"images,omitempty"`
+	// PodSubnet is an IPv4 /16 each machine's pods get a /24 of.
+	PodSubnet string `json:"pod_subnet,omitempty"`
+	// TokenTTL is the lifetime of a machine's bootstrap token, e.g. "15m"
+	// (default 15m, at most 24h); it is deleted with the machine anyway.
+	TokenTTL string `json:"token_ttl,omitempty"`
+	// UserData is what a machine that boots from user data (aws) gets:
+	// UserDataTide (default), the join document that `tide worker
+	// --bootstrap` runs containerd and the kubelet from, or
+	// UserDataKubeadm, a script running `kubeadm join` with the
+	// machine's token (an image with kubeadm, a kubelet and a runtime).
+	UserData string `json:"user_data,omitempty"`
+}
+
+// User data formats of spec.node_join.user_data.
+const (
+	UserDataTide    = "tide"
+	UserDataKubeadm = "kubeadm"
+)
+
+// TokenLifetime returns TokenTTL parsed (15 minutes when unset).
+func (j Join) TokenLifetime() time.Duration {
+	d, err := time.ParseDuration(j.TokenTTL)
+	if err != nil || d <= 0 {
+		return 15 * time.Minute
+	}
+	return d
+}
+
+// validate checks spec.node_join.
+func (j Join) validate(provType string) error {
+	var errs []error
+	switch j.Mode {
+	case "", JoinAgent, JoinKubelet:
+	default:
+		errs = append(errs, fmt.Errorf("spec.node_join.mode: %q (want %s or %s)", j.Mode, JoinAgent, JoinKubelet))
+	}
+	if j.Mode != JoinKubelet {
+		if j.Kubelet+j.Containerd+j.Ctr+j.CNIBinDir+j.SandboxImage+j.PodSubnet+j.TokenTTL+j.UserData != "" || len(j.Images) > 0 {
+			errs = append(errs, fmt.Errorf("spec.node_join: only mode %s takes kubelet settings", JoinKubelet))
+		}
+		return errors.Join(errs...)
+	}
+	if j.PodSubnet != "" {
+		if p, err := netip.ParsePrefix(j.PodSubnet); err != nil || !p.Addr().Is4() || p.Bits() != 16 || p.Masked() != p {
+			errs = append(errs, fmt.Errorf("spec.node_join.pod_subnet: %q: want an IPv4 /16 such as 10.244.0.0/16", j.PodSubnet))
+		}
+	}
+	if j.TokenTTL != "" {
+		if d, err := time.ParseDuration(j.TokenTTL); err != nil || d < time.Minute || d > 24*time.Hour {
+			errs = append(errs, fmt.Errorf("spec.node_join.token_ttl: %q: want a duration from 1m to 24h", j.TokenTTL))
+		}
+	}
+	switch j.UserData {
+	case "", UserDataTide:
+	case UserDataKubeadm:
+		if provType != "aws" {
+			errs = append(errs, fmt.Errorf("spec.node_join.user_data: %s is for machines that boot from user data (aws), not %s", j.UserData, provType))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("spec.node_join.user_data: %q (want %s or %s)", j.UserData, UserDataTide, UserDataKubeadm))
+	}
+	for i, im := range j.Images {
+		if !strings.HasPrefix(im, "/") {
+			errs = append(errs, fmt.Errorf("spec.node_join.images[%d]: %q: want an absolute path", i, im))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // kubeOnly are the spec fields that are not part of tide's pool config.
 type kubeOnly struct {
 	NodeLabels map[string]string `json:"node_labels,omitempty"`
 	NodeTaints []Taint           `json:"node_taints,omitempty"`
+	NodeJoin   *Join             `json:"node_join,omitempty"`
 }
 
 // qualifiedName is a label or taint key: an optional DNS subdomain prefix
@@ -87,12 +188,16 @@ func Parse(name string, spec []byte) (Spec, error) {
 		return Spec{}, errors.New("spec: must be an object")
 	}
 	var ko kubeOnly
-	koRaw, _ := json.Marshal(map[string]json.RawMessage{"node_labels": orNull(fields["node_labels"]), "node_taints": orNull(fields["node_taints"])})
-	if err := json.Unmarshal(koRaw, &ko); err != nil {
+	koRaw, _ := json.Marshal(map[string]json.RawMessage{"node_labels": orNull(fields["node_labels"]),
+		"node_taints": orNull(fields["node_taints"]), "node_join": orNull(fields["node_join"])})
+	kdec := json.NewDecoder(bytes.NewReader(koRaw))
+	kdec.DisallowUnknownFields()
+	if err := kdec.Decode(&ko); err != nil {
 		return Spec{}, fmt.Errorf("spec: %w", err)
 	}
 	delete(fields, "node_labels")
 	delete(fields, "node_taints")
+	delete(fields, "node_join")
 	if _, ok := fields["selector"]; ok {
 		return Spec{}, errors.New("spec.selector: not used on Kubernetes (pods choose nodes by node_labels and node_taints)")
 	}
@@ -105,6 +210,12 @@ func Parse(name string, spec []byte) (Spec, error) {
 	}
 	out := Spec{Config: file.Pools[0], Labels: map[string]string{PoolLabel: name}}
 	var errs []error
+	if ko.NodeJoin != nil {
+		out.Join = *ko.NodeJoin
+		if err := out.Join.validate(out.Config.Provider.Type); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for k, v := range ko.NodeLabels {
 		switch {
 		case !validKey(k):

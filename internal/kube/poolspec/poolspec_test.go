@@ -1,8 +1,10 @@
 package poolspec
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParse(t *testing.T) {
@@ -44,4 +46,36 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted pool %q lacks its name: %+v", name, p)
 		}
 	})
+}
+
+// TestNodeJoin: spec.node_join is read and checked; kubelet settings need
+// mode kubelet.
+func TestNodeJoin(t *testing.T) {
+	base := `{"nodes":{"min":0,"max":2},"provider":{"type":"netns"},"offerings":[{"type":"a","cpu":"1"}],"node_join":%s}`
+	s, err := Parse("p", []byte(fmt.Sprintf(base, `{"mode":"kubelet","kubelet":"/k","images":["/i.tar"],"pod_subnet":"10.9.0.0/16","token_ttl":"5m"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Join.Mode != JoinKubelet || s.Join.Kubelet != "/k" || s.Join.TokenLifetime() != 5*time.Minute {
+		t.Errorf("join = %+v", s.Join)
+	}
+	if s, err := Parse("p", []byte(`{"nodes":{"min":0,"max":2},"provider":{"type":"netns"},"offerings":[{"type":"a","cpu":"1"}]}`)); err != nil ||
+		s.Join.Mode != "" || s.Join.TokenLifetime() != 15*time.Minute {
+		t.Errorf("no node_join: %+v, %v", s.Join, err)
+	}
+	for _, bad := range []struct{ join, field string }{
+		{`{"mode":"kubeadm"}`, "spec.node_join.mode"},
+		{`{"mode":"agent","kubelet":"/k"}`, "spec.node_join: only mode kubelet"},
+		{`{"mode":"kubelet","pod_subnet":"10.9.0.0/24"}`, "spec.node_join.pod_subnet"},
+		{`{"mode":"kubelet","token_ttl":"48h"}`, "spec.node_join.token_ttl"},
+		{`{"mode":"kubelet","images":["rel.tar"]}`, "spec.node_join.images[0]"},
+		{`{"mode":"kubelet","kubeadm":true}`, "unknown field"},
+		{`{"mode":"kubelet","user_data":"kubeadm"}`, "spec.node_join.user_data: kubeadm is for machines that boot from user data (aws), not netns"},
+		{`{"mode":"kubelet","user_data":"eks"}`, "spec.node_join.user_data"},
+	} {
+		_, err := Parse("p", []byte(fmt.Sprintf(base, bad.join)))
+		if err == nil || !strings.Contains(err.Error(), bad.field) {
+			t.Errorf("node_join %s: err %v, want one naming %s", bad.join, err, bad.field)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package aws
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -19,8 +20,13 @@ import (
 func (p *Provider) JoinsAtCreate() bool { return true }
 
 // userData renders a machine's bootstrap as the cloud-init user data of
-// `tide bootstrap --format cloud-init`.
+// `tide bootstrap --format cloud-init`. A bootstrap that is a boot script
+// already (it starts with "#!": tide kube's kubeadm join of a kubelet
+// NodePool, internal/kube/kubelet.KubeadmUserData) is the user data as is.
 func (p *Provider) userData(req *provider.CreateRequest) []byte {
+	if bytes.HasPrefix(req.Bootstrap, []byte("#!")) {
+		return req.Bootstrap
+	}
 	return []byte(tideprovider.BootScript(tideprovider.BootCloudInit, req.Bootstrap, p.cfg.WorkerDataDir, p.cfg.TideBinary, req.MachineID, req.Pool))
 }
 

@@ -21,10 +21,69 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/cgroups"
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/provider/local"
 	"github.com/tide-project/tide/sdk/provider"
 )
+
+// CgroupEnv is the environment variable that names a machine's cgroup
+// root (its namespace's name) for what runs in it; it equals
+// kubelet.CgroupEnv.
+const CgroupEnv = "TIDE_MACHINE_CGROUP"
+
+// kubeletRunDir is where a kubelet machine keeps its containerd's sockets,
+// in a directory named as its cgroup root (kubelet.RunDir).
+const kubeletRunDir = "/run/tide-kubelet"
+
+// removeKubeletFiles removes what a kubelet machine killed before it could
+// stop leaves on the host: its socket directory, and the kubelet's
+// /var/log/containers links into its data directory.
+func (p *Provider) removeKubeletFiles(id, ns string) error {
+	errs := []error{os.RemoveAll(filepath.Join(kubeletRunDir, ns))}
+	_ = os.Remove(kubeletRunDir) // when it was the last machine's
+	dir := filepath.Join(p.root, "local", "machines", id) + "/"
+	es, _ := os.ReadDir("/var/log/containers")
+	for _, e := range es {
+		l := filepath.Join("/var/log/containers", e.Name())
+		if t, err := os.Readlink(l); err == nil && strings.HasPrefix(t, dir) {
+			if err := os.Remove(l); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killTimeout bounds the wait for a machine's killed processes.
+const killTimeout = 10 * time.Second
+
+// killNamespace SIGKILLs every process in network namespace ns and waits
+// until they are gone.
+func killNamespace(ns string) error {
+	nsfi, err := os.Stat(filepath.Join("/run/netns", ns))
+	if err != nil {
+		return nil // no namespace, nothing in it
+	}
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	var pids []int
+	for _, e := range dir {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join("/proc", e.Name(), "ns", "net")); err == nil && os.SameFile(fi, nsfi) {
+			pids = append(pids, pid)
+		}
+	}
+	if err := cgroups.KillPIDs(pids, killTimeout); err != nil {
+		return fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	return nil
+}
 
 // DefaultLogAddr is where a worker inside a namespace serves its logs: its
 // namespace's every address (the head reaches it over the bridge).
@@ -432,11 +491,25 @@ func (p *Provider) ensure(id string) (netip.Addr, error) {
 }
 
 // teardown removes a machine's namespace and veth and frees its address.
+// Whatever still runs in the namespace (processes that left the worker's
+// marker, e.g. a kubelet machine's container shims) or in the machine's
+// cgroup (its pods' containers) is killed first, and the cgroup removed;
+// the namespace's end of the veth is deleted before the namespace, which
+// the kernel may keep alive for a while after (orphaned sockets).
 func (p *Provider) teardown(id string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	o, ok := p.addrs[id]
-	errs := []error{p.ipGone("netns", "del", p.Namespace(id))}
+	ns := p.Namespace(id)
+	errs := []error{killNamespace(ns)}
+	if len(cgroups.Exists(ns)) > 0 {
+		errs = append(errs, cgroups.Kill(ns, killTimeout), cgroups.Remove(ns))
+	}
+	errs = append(errs, p.removeKubeletFiles(id, ns))
+	if p.nsExists(ns) {
+		errs = append(errs, p.ipGone("-n", ns, "link", "del", "eth0"))
+	}
+	errs = append(errs, p.ipGone("netns", "del", ns))
 	if ok {
 		errs = append(errs, p.ipGone("link", "del", p.hostLink(o)), p.ipGone("link", "del", p.peerLink(o)))
 	}
@@ -473,6 +546,12 @@ func (p *Provider) command(w local.Worker) (*exec.Cmd, error) {
 	// ip netns exec execs the command in place: the pid stays the worker's.
 	args := append([]string{"ip", "netns", "exec", p.Namespace(w.MachineID), cmd.Path}, cmd.Args[1:]...)
 	cmd.Path, cmd.Args = p.ipPath, args
+	// The machine's cgroup root, should it make one (a kubelet machine,
+	// internal/kube/kubelet): named as its namespace, removed with it.
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, CgroupEnv+"="+p.Namespace(w.MachineID))
 	return cmd, nil
 }
 

@@ -98,7 +98,13 @@ func TestSecurityPluginCredentials(t *testing.T) {
 		IdempotencyKey: "victim/idle"}); err != nil {
 		t.Fatal(err)
 	}
+	// The victim settles first: a Creating machine becomes Idle by itself,
+	// which the check below would take for a refused call's doing.
 	before := machines(t, c)
+	for deadline := time.Now().Add(10 * time.Second); before != "victim=STATE_IDLE" && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		before = machines(t, c)
+	}
 	base := runtime.NumGoroutine()
 	fence.Seq = 2
 	calls := map[string]func(ctx context.Context) error{

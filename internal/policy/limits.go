@@ -1,0 +1,265 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/tide-project/tide/internal/capacity"
+)
+
+// Limits bound what a pool may hold in all (Karpenter's NodePool limits,
+// plus a cost ceiling): the resources and the price per hour of its
+// machines, booting and draining ones included. A nil field is no limit.
+// A purchase never crosses a limit: the limited wrapper cuts it.
+type Limits struct {
+	// MilliCPU bounds the pool's CPU in millicores.
+	MilliCPU *int64
+	// Memory bounds the pool's memory in bytes.
+	Memory *int64
+	// GPUs bounds the pool's GPUs.
+	GPUs *int64
+	// CostPerHour bounds the sum of the pool's machines' prices per hour
+	// (the offerings' price, not the effective cost).
+	CostPerHour *float64
+}
+
+// IsZero reports whether no limit is set.
+func (l Limits) IsZero() bool {
+	return l.MilliCPU == nil && l.Memory == nil && l.GPUs == nil && l.CostPerHour == nil
+}
+
+// Validate checks the limits against the pool: none negative or NaN, and
+// nodes.min machines of the smallest offering within each one (else the
+// floor alone would cross it). Errors name the field as the YAML does.
+func (l Limits) Validate(nodes capacity.NodeSpec, offerings []capacity.Offering) []error {
+	var errs []error
+	for _, c := range []struct {
+		name string
+		v    *int64
+	}{{"limits.cpu", l.MilliCPU}, {"limits.memory", l.Memory}, {"limits.gpus", l.GPUs}} {
+		if c.v != nil && *c.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative, got %d", c.name, *c.v))
+		}
+	}
+	if c := l.CostPerHour; c != nil && (*c < 0 || math.IsNaN(*c) || math.IsInf(*c, 0)) {
+		errs = append(errs, fmt.Errorf("limits.cost_per_hour: must be a non-negative number, got %v", *c))
+	}
+	if len(errs) > 0 || nodes.Min == 0 || len(offerings) == 0 {
+		return errs
+	}
+	small, cost := offerings[0].Resources, offerings[0].PricePerHour
+	for _, o := range offerings[1:] {
+		small.MilliCPU = min(small.MilliCPU, o.Resources.MilliCPU)
+		small.Memory = min(small.Memory, o.Resources.Memory)
+		small.GPUs = min(small.GPUs, o.Resources.GPUs)
+		cost = min(cost, o.PricePerHour)
+	}
+	floor := small.Scale(int64(nodes.Min))
+	if l.MilliCPU != nil && floor.MilliCPU > *l.MilliCPU {
+		errs = append(errs, fmt.Errorf("limits.cpu: %s is below nodes.min (%d) x the smallest offering's %s",
+			capacity.FormatCPU(*l.MilliCPU), nodes.Min, capacity.FormatCPU(small.MilliCPU)))
+	}
+	if l.Memory != nil && floor.Memory > *l.Memory {
+		errs = append(errs, fmt.Errorf("limits.memory: %s is below nodes.min (%d) x the smallest offering's %s",
+			capacity.FormatBytes(*l.Memory), nodes.Min, capacity.FormatBytes(small.Memory)))
+	}
+	if l.GPUs != nil && floor.GPUs > *l.GPUs {
+		errs = append(errs, fmt.Errorf("limits.gpus: %d is below nodes.min (%d) x the smallest offering's %d",
+			*l.GPUs, nodes.Min, small.GPUs))
+	}
+	if l.CostPerHour != nil && cost*float64(nodes.Min) > *l.CostPerHour {
+		errs = append(errs, fmt.Errorf("limits.cost_per_hour: %.2f is below nodes.min (%d) x the cheapest offering's %.2f",
+			*l.CostPerHour, nodes.Min, cost))
+	}
+	return errs
+}
+
+// Held is what a pool's machines add up to now: every machine the
+// controller holds (booting and draining included), with the resources
+// and price of the offering it was launched as.
+type Held struct {
+	// Nodes is the number of machines counted.
+	Nodes int
+	// Resources are their resources summed.
+	Resources capacity.Resources
+	// CostPerHour is their prices summed.
+	CostPerHour float64
+}
+
+// limited cuts the scale-ups of a policy to the pool's limits.
+type limited struct {
+	Policy
+	cfg Config
+}
+
+// withLimits wraps p when cfg sets a limit.
+func withLimits(p Policy, cfg Config) Policy {
+	if cfg.Limits.IsZero() {
+		return p
+	}
+	return &limited{Policy: p, cfg: cfg}
+}
+
+// CodeAtLimit is the reason code of a scale-up cut by a pool limit.
+const CodeAtLimit = "at-limit"
+
+// Decide evaluates the wrapped policy and cuts a scale-up to what fits
+// under the limits. The pool holds in.Held (the controller's machines),
+// plus, for every desired node without a machine yet, the most any
+// offering could add (the count does not say which offering it will be).
+// New nodes are taken launch by launch, each counted at the most its
+// offering or any of its fallbacks could add, until the next would cross
+// a limit; the reason then names the limit and the figures.
+func (p *limited) Decide(in Input) Decision {
+	d := p.Policy.Decide(in)
+	add := d.Desired - in.Desired
+	if add <= 0 {
+		return d
+	}
+	held := p.held(&in)
+	launches := d.Launch
+	if len(launches) == 0 && len(p.cfg.Offerings) > 0 {
+		// No purchase: the controller tries every offering, cheapest first.
+		launches = []capacity.Launch{{Offering: p.cfg.Offerings[0].Name(), Fallback: p.names(), Count: add}}
+	}
+	var kept []capacity.Launch
+	took, cut := 0, ""
+	for _, l := range launches {
+		res, cost := p.most(append([]string{l.Offering}, l.Fallback...))
+		n := 0
+		for ; n < l.Count && took+n < add; n++ {
+			if why := p.crosses(held, res, cost); why != "" {
+				cut = why
+				break
+			}
+			held.Resources = held.Resources.Add(res)
+			held.CostPerHour += cost
+		}
+		if n > 0 {
+			l.Count = n
+			kept = append(kept, l)
+		}
+		took += n
+		if cut != "" || took == add {
+			break
+		}
+	}
+	if cut == "" {
+		return d
+	}
+	desired := max(in.Desired+took, p.cfg.Nodes.Min)
+	if len(d.Launch) > 0 {
+		d.Launch = kept
+	}
+	if d.Tide != nil && took < add {
+		t := *d.Tide
+		t.Mix, t.Cost, t.Nodes, t.HasBound, t.Bound, t.Gap = nil, 0, 0, false, 0, 0
+		for _, l := range kept {
+			t.Mix = append(t.Mix, OfferingCount{Offering: l.Offering, Count: l.Count})
+			t.Cost += p.offering(l.Offering).EffectiveCost() * float64(l.Count)
+			t.Nodes += l.Count
+		}
+		d.Tide = &t
+	}
+	msg := fmt.Sprintf("%s; %d of %d new nodes bought (%s)", cut, took, add, d.Reason.String())
+	d.Reason = Reason{Code: CodeAtLimit, Format: strings.ReplaceAll(msg, "%", "%%")}
+	d.Desired = desired
+	return d
+}
+
+// held is what the pool holds before the decision, counted as Decide says.
+func (p *limited) held(in *Input) Held {
+	var h Held
+	if in.Held != nil {
+		h = *in.Held
+	} else {
+		// No controller (tide decide on a saved report): the report's
+		// nodes, each priced as the dearest offering of its size.
+		for i := range in.Pressure.Nodes {
+			n := &in.Pressure.Nodes[i]
+			h.Nodes++
+			h.Resources = h.Resources.Add(n.Resources)
+			h.CostPerHour += p.priceOf(n.Resources)
+		}
+	}
+	if unknown := in.Desired - h.Nodes; unknown > 0 {
+		res, cost := p.most(p.names())
+		h.Resources = h.Resources.Add(res.Scale(int64(unknown)))
+		h.CostPerHour += cost * float64(unknown)
+	}
+	return h
+}
+
+// crosses says which limit one more node of res and cost would cross, in
+// words with the figures ("" when none).
+func (p *limited) crosses(h Held, res capacity.Resources, cost float64) string {
+	l := &p.cfg.Limits
+	after := h.Resources.Add(res)
+	switch {
+	case l.MilliCPU != nil && after.MilliCPU > *l.MilliCPU:
+		return fmt.Sprintf("limits.cpu %s: the pool holds %s, a node of %s would make %s", capacity.FormatCPU(*l.MilliCPU),
+			capacity.FormatCPU(h.Resources.MilliCPU), capacity.FormatCPU(res.MilliCPU), capacity.FormatCPU(after.MilliCPU))
+	case l.Memory != nil && after.Memory > *l.Memory:
+		return fmt.Sprintf("limits.memory %s: the pool holds %s, a node of %s would make %s", capacity.FormatBytes(*l.Memory),
+			capacity.FormatBytes(h.Resources.Memory), capacity.FormatBytes(res.Memory), capacity.FormatBytes(after.Memory))
+	case l.GPUs != nil && after.GPUs > *l.GPUs:
+		return fmt.Sprintf("limits.gpus %d: the pool holds %d, a node of %d would make %d", *l.GPUs,
+			h.Resources.GPUs, res.GPUs, after.GPUs)
+	case l.CostPerHour != nil && h.CostPerHour+cost > *l.CostPerHour+1e-9:
+		return fmt.Sprintf("limits.cost_per_hour $%.2f/h: the pool costs $%.2f/h, a node of $%.2f/h would make $%.2f/h",
+			*l.CostPerHour, h.CostPerHour, cost, h.CostPerHour+cost)
+	}
+	return ""
+}
+
+// most is the most any of the named offerings adds, per resource and in
+// price: what a launch that may fall back to any of them can cost.
+func (p *limited) most(names []string) (capacity.Resources, float64) {
+	var r capacity.Resources
+	cost := 0.0
+	for _, name := range names {
+		o := p.offering(name)
+		r.MilliCPU = max(r.MilliCPU, o.Resources.MilliCPU)
+		r.Memory = max(r.Memory, o.Resources.Memory)
+		r.GPUs = max(r.GPUs, o.Resources.GPUs)
+		cost = max(cost, o.PricePerHour)
+	}
+	return r, cost
+}
+
+// offering returns the offering of that name (the zero offering if none).
+func (p *limited) offering(name string) capacity.Offering {
+	for _, o := range p.cfg.Offerings {
+		if o.Name() == name {
+			return o
+		}
+	}
+	return capacity.Offering{}
+}
+
+// names lists the pool's offerings by name.
+func (p *limited) names() []string {
+	out := make([]string, len(p.cfg.Offerings))
+	for i, o := range p.cfg.Offerings {
+		out[i] = o.Name()
+	}
+	return out
+}
+
+// priceOf is the dearest price among the offerings of exactly res (the
+// dearest of all when none matches).
+func (p *limited) priceOf(res capacity.Resources) float64 {
+	price, any := 0.0, false
+	for _, o := range p.cfg.Offerings {
+		if o.Resources.Equal(res) {
+			price, any = max(price, o.PricePerHour), true
+		}
+	}
+	if !any {
+		for _, o := range p.cfg.Offerings {
+			price = max(price, o.PricePerHour)
+		}
+	}
+	return price
+}

@@ -1,0 +1,130 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tide-project/tide/internal/capacity"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// TestLimitsCutThePurchase: a scale-up never takes a pool past a limit;
+// the decision buys what fits, and its reason names the limit and the
+// figures. Each case is one policy and one limit.
+func TestLimitsCutThePurchase(t *testing.T) {
+	c8 := capacity.Offering{Type: "c8", Kind: capacity.OnDemand, Resources: capacity.Resources{MilliCPU: 8000, Memory: 32 * ttGi},
+		PricePerHour: 0.40}
+	backlog := capacity.Pressure{Pending: []capacity.Pending{{Requests: tideTask, Count: 40}}} // 10 c4 nodes
+	tests := []struct {
+		name    string
+		policy  string
+		offs    []capacity.Offering
+		limits  Limits
+		held    *Held
+		desired int
+		want    int
+		reason  string
+	}{
+		{name: "cpu, tide, 2 held", policy: Tide, offs: []capacity.Offering{tideOD}, limits: Limits{MilliCPU: ptr[int64](16000)},
+			held: &Held{Nodes: 2, Resources: tideC4.Scale(2), CostPerHour: 0.4}, desired: 2, want: 4,
+			reason: "limits.cpu 16: the pool holds 16, a node of 4 would make 20; 2 of "},
+		{name: "cost, target-tracking", policy: TargetTracking, offs: []capacity.Offering{tideOD}, limits: Limits{CostPerHour: ptr(0.3)},
+			held: &Held{}, desired: 0, want: 1,
+			reason: "limits.cost_per_hour $0.30/h: the pool costs $0.20/h, a node of $0.20/h would make $0.40/h; 1 of 2 new nodes bought (capacity provider"},
+		{name: "gpus, skyward", policy: Skyward, offs: []capacity.Offering{tideOD}, limits: Limits{GPUs: ptr[int64](0)},
+			held: &Held{}, desired: 0, want: 40},
+		{name: "memory, a booting node counted at the largest offering", policy: Tide, offs: []capacity.Offering{tideOD, c8},
+			limits: Limits{Memory: ptr[int64](64 * ttGi)}, held: &Held{}, desired: 1, want: 2,
+			reason: "limits.memory 64Gi: the pool holds 64Gi, a node of 32Gi would make 96Gi; 1 of 10 new nodes"},
+		{name: "no controller: the report's nodes", policy: Tide, offs: []capacity.Offering{tideOD},
+			limits: Limits{MilliCPU: ptr[int64](12000)}, desired: 1, want: 3, reason: "limits.cpu 12: the pool holds 12"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Policy: tc.policy, Nodes: capacity.Elastic(0, 50), Offerings: tc.offs, Limits: tc.limits}
+			p, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := Input{Now: tideT0, State: waited, Desired: tc.desired, Pressure: backlog, Held: tc.held}
+			if tc.held == nil {
+				in.Pressure.Nodes = []capacity.Node{{ID: "n0", Resources: tideC4}}
+			}
+			d := p.Decide(in)
+			if d.Desired != tc.want {
+				t.Errorf("desired %d, want %d (%s)", d.Desired, tc.want, d.Reason.String())
+			}
+			if tc.reason != "" && (d.Reason.Code != CodeAtLimit || !strings.Contains(d.Reason.String(), tc.reason)) {
+				t.Errorf("reason %s: %s, want %s containing %q", d.Reason.Code, d.Reason.String(), CodeAtLimit, tc.reason)
+			}
+			if tc.reason == "" && d.Reason.Code == CodeAtLimit {
+				t.Errorf("cut by a limit that does not bind: %s", d.Reason.String())
+			}
+			if n := launched(d.Launch); d.Launch != nil && n != d.Desired-tc.desired {
+				t.Errorf("launches for %d nodes, desired %d -> %d", n, tc.desired, d.Desired)
+			}
+		})
+	}
+}
+
+// TestLimitsNeverCrossed: whatever the backlog and the held machines, a
+// decision's new nodes, each counted at the most its launch could add,
+// keep the pool within every limit it was within.
+func TestLimitsNeverCrossed(t *testing.T) {
+	g8 := tideGPU
+	offs := []capacity.Offering{tideOD, g8}
+	lim := Limits{MilliCPU: ptr[int64](64000), GPUs: ptr[int64](16), CostPerHour: ptr(80.0)}
+	for _, pol := range Names {
+		p, err := New(Config{Policy: pol, Nodes: capacity.Elastic(0, 100), Offerings: offs, Limits: lim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for q := 0; q <= 200; q += 25 {
+			for held := 0; held <= 2; held++ { // within the limits
+				h := &Held{Nodes: held, Resources: g8.Resources.Scale(int64(held)), CostPerHour: g8.PricePerHour * float64(held)}
+				in := Input{Now: tideT0, State: waited, Desired: held, Held: h, Pressure: capacity.Pressure{Pending: []capacity.Pending{
+					{Requests: tideTask, Count: q}, {Requests: capacity.Resources{MilliCPU: 3000, Memory: 16 * ttGi, GPUs: 1}, Count: q / 5}}}}
+				d := p.Decide(in)
+				r, cost := h.Resources, h.CostPerHour
+				ls := d.Launch
+				if ls == nil && d.Desired > held {
+					ls = []capacity.Launch{{Offering: tideOD.Name(), Fallback: []string{g8.Name()}, Count: d.Desired - held}}
+				}
+				for _, l := range ls {
+					lp := &limited{cfg: Config{Offerings: offs}}
+					res, c := lp.most(append([]string{l.Offering}, l.Fallback...))
+					r, cost = r.Add(res.Scale(int64(l.Count))), cost+c*float64(l.Count)
+				}
+				if r.MilliCPU > *lim.MilliCPU || r.GPUs > *lim.GPUs || cost > *lim.CostPerHour+1e-9 {
+					t.Fatalf("%s, %d queued, %d held: desired %d holds %v at $%.2f/h, past %v (%s)", pol, q, held, d.Desired, r, cost,
+						lim, d.Reason.String())
+				}
+			}
+		}
+	}
+}
+
+// TestLimitsValidate: errors name the field and the figures.
+func TestLimitsValidate(t *testing.T) {
+	for _, c := range []struct {
+		l    Limits
+		min  int
+		want string
+	}{
+		{Limits{MilliCPU: ptr[int64](-1)}, 0, "limits.cpu: must not be negative, got -1"},
+		{Limits{CostPerHour: ptr(-0.5)}, 0, "limits.cost_per_hour: must be a non-negative number, got -0.5"},
+		{Limits{MilliCPU: ptr[int64](7000)}, 2, "limits.cpu: 7 is below nodes.min (2) x the smallest offering's 4"},
+		{Limits{CostPerHour: ptr(0.3)}, 2, "limits.cost_per_hour: 0.30 is below nodes.min (2) x the cheapest offering's 0.20"},
+		{Limits{GPUs: ptr[int64](0)}, 2, ""},
+	} {
+		cfg := Config{Nodes: capacity.Elastic(c.min, 10), Offerings: []capacity.Offering{tideOD}, Limits: c.l}
+		err := cfg.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v", c.l, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%+v: error %v, want %q", c.l, err, c.want)
+		}
+	}
+}
