@@ -176,7 +176,9 @@ func (cl *cluster) signal(d *daemon, sig syscall.Signal) {
 }
 
 // cleanup stops every daemon and kills any instance process they left.
-func (cl *cluster) cleanup() {
+// stopDaemons stops every process the test started (SIGTERM, then SIGKILL
+// after 5 s) and waits for them; idempotent.
+func (cl *cluster) stopDaemons() {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	for _, d := range cl.all {
@@ -191,6 +193,12 @@ func (cl *cluster) cleanup() {
 			<-d.done
 		}
 	}
+}
+
+func (cl *cluster) cleanup() {
+	cl.stopDaemons()
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
 	for _, dir := range cl.wdirs {
 		recs, _ := filepath.Glob(filepath.Join(dir, "run", "*", "record.json"))
 		for _, r := range recs {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,6 +54,9 @@ func startFleet(t *testing.T) *fleetRig {
 	}
 	r.coord = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	r.shardDir = filepath.Join(r.dir, "shard")
+	// The shard's machines outlive the shard on purpose (its successor adopts
+	// them): the test stops them itself.
+	t.Cleanup(r.killMachines)
 	r.startCoordinator()
 	r.startShard()
 	return r
@@ -184,6 +188,21 @@ func (r *fleetRig) waitNoneOnline(c *client.Client, name string) {
 		}
 		return online == 0, fmt.Sprintf("%d workers of %s online", online, name)
 	})
+}
+
+// killMachines kills the worker process group of every machine the shard's
+// local provider recorded.
+func (r *fleetRig) killMachines() {
+	r.stopDaemons() // no shard or head left to start a worker again
+	recs, _ := filepath.Glob(filepath.Join(r.shardDir, "here", "machines", "*", "machine.json"))
+	for _, p := range recs {
+		var rec struct {
+			PID int `json:"pid"`
+		}
+		if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &rec) == nil && rec.PID > 0 {
+			syscall.Kill(-rec.PID, syscall.SIGKILL)
+		}
+	}
 }
 
 // machines lists the shard provider's machine ids (one directory each: the
