@@ -191,11 +191,14 @@ func (r *fleetRig) waitNoneOnline(c *client.Client, name string) {
 }
 
 // killMachines kills the worker process group of every machine the shard's
-// local provider recorded.
+// local provider recorded, and of every instance those workers ran.
 func (r *fleetRig) killMachines() {
 	r.stopDaemons() // no shard or head left to start a worker again
-	recs, _ := filepath.Glob(filepath.Join(r.shardDir, "here", "machines", "*", "machine.json"))
-	for _, p := range recs {
+	machines := filepath.Join(r.shardDir, "here", "machines", "*")
+	recs, _ := filepath.Glob(filepath.Join(machines, "machine.json"))
+	// and the instances the workers ran, each in a process group of its own
+	runs, _ := filepath.Glob(filepath.Join(machines, "data", "run", "*", "record.json"))
+	for _, p := range append(recs, runs...) {
 		var rec struct {
 			PID int `json:"pid"`
 		}
