@@ -172,6 +172,7 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 	hc.OnPressure = a.observe
 	hc.Route = a.route
 	hc.MaxQueued = a.maxQueued
+	hc.MaxWait = a.maxWait
 	hc.PoolStatus = a.status
 	hc.OnListen = nil
 	gws, err := a.netnsGateways(source, pools, listenHost(hc.Addr))
@@ -433,6 +434,18 @@ func (a *Assembly) maxQueued(name string) int {
 	for i := range a.routes {
 		if a.routes[i].Name == name {
 			return a.routes[i].MaxQueued
+		}
+	}
+	return 0
+}
+
+// maxWait is pool name's max_wait in the current config (0: none).
+func (a *Assembly) maxWait(name string) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range a.routes {
+		if a.routes[i].Name == name {
+			return time.Duration(a.routes[i].MaxWait)
 		}
 	}
 	return 0

@@ -58,6 +58,12 @@ type Pool struct {
 	// that would pass it is refused with 429 (seed 002's provisioning
 	// queue cap). 0, the default, is no cap.
 	MaxQueued int `json:"max_queued,omitempty"`
+	// MaxWait fails an instance of the pool that has waited (PENDING)
+	// this long without being placed: it ends FAILED with the reason "no
+	// capacity within <max_wait>: <why it waited>" (seed 002: ECS stops a
+	// task left in its provisioning queue). An instance's own max_wait
+	// wins. 0, the default, waits for ever.
+	MaxWait Duration `json:"max_wait,omitempty"`
 	// Limits bound the pool's CPU, memory, GPUs and cost per hour in all
 	// (limits.go); a purchase never crosses them.
 	Limits Limits `json:"limits,omitzero"`
@@ -292,6 +298,9 @@ func (p *Pool) validate() error {
 	}
 	if p.MaxQueued < 0 {
 		errs = append(errs, fmt.Errorf("max_queued: must not be negative, got %d", p.MaxQueued))
+	}
+	if p.MaxWait != 0 && time.Duration(p.MaxWait) < time.Second {
+		errs = append(errs, fmt.Errorf("max_wait: must be 1s or more (or 0 for none), got %s", time.Duration(p.MaxWait)))
 	}
 	if _, err := p.Consolidation(); err != nil {
 		errs = append(errs, splitJoined(err)...)

@@ -127,7 +127,7 @@ func (h *Head) Submit(ctx context.Context, req *httpapi.SubmitRequest) ([]string
 		ins[i] = store.Instance{ID: id, Name: n, Command: spec.Command, Pool: pool, Requests: spec.Resources,
 			Exclusive: spec.Exclusive, Daemon: spec.Daemon, Restartable: spec.Restartable, Labels: spec.Labels,
 			Env: spec.Env, Venv: spec.Venv, RequestedGPUIndices: spec.GPUIndices, RestartPolicy: spec.RestartPolicy,
-			MaxRestarts: spec.MaxRestarts, CreatedAt: now, QueuedAt: now}
+			MaxRestarts: spec.MaxRestarts, MaxWait: spec.MaxWait, CreatedAt: now, QueuedAt: now}
 		if target != nil {
 			ins[i].TargetWorker = target.ID
 		}

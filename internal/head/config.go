@@ -126,6 +126,12 @@ type Config struct {
 	// and a reason. Called once per submit request that lands in a pool.
 	// Nil: no pool has a cap.
 	MaxQueued func(pool string) int
+	// MaxWait returns a pool's max_wait: a PENDING instance of the pool
+	// with no max_wait of its own that has waited this long (since it was
+	// queued) ends FAILED with the reason "no capacity within <d>: <why it
+	// waits>". 0 for none. Called by the leader's sweep (maxwait.go). Nil:
+	// only instances' own max_wait applies.
+	MaxWait func(pool string) time.Duration
 	// PoolStatus returns the autoscaled pools' own view for GET /pools and
 	// GET /nodes, in display order; the head merges it with its workers and
 	// its last pressure report (Head.SetPoolStatus replaces it). It is
