@@ -63,7 +63,8 @@ type Config struct {
 	// OfflineAfter makes a worker OFFLINE and its instances UNKNOWN (or
 	// requeued by their restart policy); > SuspectAfter. 120s when zero.
 	OfflineAfter time.Duration
-	// LivenessInterval is the liveness check period; 5s.
+	// LivenessInterval is the period of the liveness check and of the
+	// max_wait sweep (maxwait.go); 5s.
 	LivenessInterval time.Duration
 	// FenceMargin is the safety margin of the fencing lease (issue 16,
 	// fence.go): a worker cut off from the head stops its instances that

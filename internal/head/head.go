@@ -266,6 +266,9 @@ func (h *Head) livenessLoop(ctx context.Context) {
 		if err := h.CheckLiveness(ctx); err != nil && ctx.Err() == nil {
 			h.log.Error("liveness check failed", "err", err)
 		}
+		if _, err := h.ExpireWaiting(ctx); err != nil && ctx.Err() == nil {
+			h.log.Error("max_wait sweep failed", "err", err)
+		}
 	}
 }
 
