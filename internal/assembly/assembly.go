@@ -115,6 +115,8 @@ type Assembly struct {
 	pools  map[string]*pool
 	order  []string
 	routes []config.Pool // the config's pools, for routing
+	// strategy is the config's capacity-provider strategy (none: nil).
+	strategy config.Strategy
 	// lastRoute is the last routing choice recorded as an event.
 	lastRoute atomic.Pointer[string]
 	runCtx    context.Context
@@ -161,6 +163,7 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 			return nil, &ConfigError{err}
 		}
 		pools, source = f.Pools, cfg.ConfigPath
+		a.strategy = f.Strategy
 	}
 	builds, err := a.check(source, pools, nil)
 	if err != nil {
@@ -403,28 +406,6 @@ func (a *Assembly) observe(reports map[string]capacity.Pressure) {
 			p.loop.Observe(reports[name])
 		}
 	}
-}
-
-// route picks the pool of an instance that names none (route.go): the
-// heaviest, then cheapest pool whose selector and offerings fit, a pool
-// with a shortfall overflowing to the next. "" (no pool) when none fits:
-// the instance waits, and `tide pools` shows it as queued nowhere. A
-// choice that is not the config's first fitting pool is recorded as a
-// "routed" event (once until the choice or its reason changes).
-func (a *Assembly) route(labels map[string]string, req capacity.Resources) string {
-	a.mu.Lock()
-	r := route(a.routes, a.shortfall, labels, req)
-	a.mu.Unlock()
-	if len(r.cands) > 1 && r.pool != "" {
-		first := slices.MinFunc(r.cands, func(x, y candidate) int { return x.order - y.order })
-		if first.pool != r.pool {
-			msg := r.String()
-			if old := a.lastRoute.Swap(&msg); old == nil || *old != msg {
-				a.event(r.pool, "Normal", "routed", "%s", msg)
-			}
-		}
-	}
-	return r.pool
 }
 
 // maxQueued is pool name's max_queued in the current config (0: no cap).

@@ -1,127 +1,77 @@
 package assembly
 
 import (
+	"context"
 	"fmt"
-	"math"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/policy"
+	"github.com/tide-project/tide/internal/routing"
+	"github.com/tide-project/tide/internal/store"
 )
 
-// candidate is a pool that could serve an instance: its selector matches
-// and one of its offerings fits.
-type candidate struct {
-	pool   string
-	weight int
-	// cost is the effective cost per hour of the cheapest fitting offering
-	// (the node the instance would cost at most).
-	cost float64
-	// order is the pool's place in the config.
-	order int
-	// short says why the pool cannot take more now ("" when it can).
-	short string
+// route picks the pools of the n replicas of an instance that names none
+// (internal/routing): the heaviest, then cheapest pool whose selector and
+// offerings fit, a pool with a shortfall overflowing to the next; with a
+// strategy in the config, split across its pools by base and weight,
+// counting the instances each holds live. "" (no pool) when none fits: the
+// instance waits, and `tide pools` shows it as queued nowhere. A choice
+// that is not the config's first fitting pool, or a strategy's split, is
+// recorded as a "routed" event (once until it changes).
+func (a *Assembly) route(labels map[string]string, req capacity.Resources, n int) []string {
+	a.mu.Lock()
+	d := routing.Route(a.routes, a.shortfall, labels, req)
+	strategy := a.strategy
+	a.mu.Unlock()
+	ds := slices.Repeat([]routing.Decision{d}, n)
+	if len(strategy) > 0 && d.Pool != "" {
+		counts := map[string]int{}
+		for _, e := range strategy {
+			counts[e.Pool] = a.liveInstances(e.Pool)
+		}
+		ds = routing.Split(strategy, d, counts, n)
+	}
+	pools := make([]string, n)
+	split := map[string]int{}
+	for i, d := range ds {
+		pools[i] = d.Pool
+		split[d.Pool]++
+	}
+	var msg string
+	switch {
+	case ds[0].Strategy != "":
+		var parts []string
+		for _, p := range slices.Sorted(maps.Keys(split)) {
+			parts = append(parts, fmt.Sprintf("%s %d", p, split[p]))
+		}
+		msg = fmt.Sprintf("%d instance(s) split by the strategy: %s; the first: %s", n, strings.Join(parts, ", "), ds[0])
+	case len(d.Cands) > 1 && d.Pool != "" && d.First() != d.Pool:
+		msg = d.String()
+	}
+	if msg != "" {
+		if old := a.lastRoute.Swap(&msg); old == nil || *old != msg {
+			a.event(ds[0].Pool, "Normal", "routed", "%s", msg)
+		}
+	}
+	return pools
 }
 
-// routing is a routing decision: the chosen pool ("" for none) and the
-// candidates, in preference order, for events and logs.
-type routing struct {
-	pool  string
-	cands []candidate
-}
-
-// String says which pools could serve, their costs, and why one was
-// chosen, e.g. "spot (weight 0, $0.13/h) chosen over od (weight 0,
-// $0.40/h): cheapest".
-func (r routing) String() string {
-	if r.pool == "" {
-		return "no pool's selector and offerings fit"
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s chosen", r.pool)
-	var others []string
-	for _, c := range r.cands {
-		s := fmt.Sprintf("%s (weight %d, $%.2f/h", c.pool, c.weight, c.cost)
-		if c.short != "" {
-			s += ", " + c.short
-		}
-		s += ")"
-		if c.pool == r.pool {
-			b.Reset()
-			fmt.Fprintf(&b, "%s chosen", s)
+// liveInstances counts pool's instances that have not ended (waiting,
+// assigned, running, unknown): what a strategy's base and weights divide.
+func (a *Assembly) liveInstances(pool string) int {
+	n := 0
+	for _, st := range []store.Status{store.StatusPending, store.StatusAssigned, store.StatusRunning, store.StatusUnknown} {
+		c, err := a.h.CountInstances(context.Background(), store.Filter{Status: st, Pool: &pool})
+		if err != nil {
+			a.log.Warn("routing: counting a pool's instances", "pool", pool, "err", err)
 			continue
 		}
-		others = append(others, s)
+		n += c
 	}
-	if len(others) > 0 {
-		b.WriteString(" over " + strings.Join(others, ", "))
-	}
-	return b.String()
-}
-
-// route picks the pool of an instance that names none, among those whose
-// selector labels all match and one of whose offerings fits the request:
-// the highest weight first, then the lowest effective cost of the
-// cheapest fitting offering, then config order. A pool with a shortfall
-// (short returns why: at its max, over a limit, every fitting offering
-// out of capacity) overflows to the next; when every candidate has one,
-// the first is chosen anyway (the instance waits there, as it would on a
-// single pool). short may be nil.
-func route(pools []config.Pool, short func(pool string, fits []string) string, labels map[string]string,
-	req capacity.Resources) routing {
-	var cands []candidate
-	fitsBy := map[string][]string{}
-	for i, p := range pools {
-		match := true
-		for k, v := range p.Selector.Labels {
-			if labels[k] != v {
-				match = false
-				break
-			}
-		}
-		if !match {
-			continue
-		}
-		cost, fits := math.Inf(1), []string(nil)
-		for _, o := range p.Offerings {
-			if req.Fits(o.Resources) {
-				cost = min(cost, o.EffectiveCost())
-				fits = append(fits, o.Name())
-			}
-		}
-		if fits == nil {
-			continue
-		}
-		cands = append(cands, candidate{pool: p.Name, weight: p.Weight, cost: cost, order: i})
-		fitsBy[p.Name] = fits
-	}
-	slices.SortStableFunc(cands, func(a, b candidate) int {
-		switch {
-		case a.weight != b.weight:
-			return b.weight - a.weight
-		case a.cost < b.cost:
-			return -1
-		case a.cost > b.cost:
-			return 1
-		}
-		return a.order - b.order
-	})
-	r := routing{cands: cands}
-	if len(cands) == 0 {
-		return r
-	}
-	r.pool = cands[0].pool
-	if short != nil {
-		for i := range cands {
-			cands[i].short = short(cands[i].pool, fitsBy[cands[i].pool])
-		}
-		if i := slices.IndexFunc(cands, func(c candidate) bool { return c.short == "" }); i >= 0 {
-			r.pool = cands[i].pool
-		}
-	}
-	return r
+	return n
 }
 
 // shortfall says why running pool name cannot take more work now: its

@@ -31,6 +31,11 @@ import (
 type File struct {
 	// Pools are the node pools, in file order.
 	Pools []Pool `json:"pools"`
+	// Strategy splits the instances that name no pool across pools by
+	// base and weight, as an ECS capacity-provider strategy does
+	// (strategy.go). Empty: each goes to the heaviest, then cheapest pool
+	// that fits.
+	Strategy Strategy `json:"strategy,omitempty"`
 }
 
 // Pool is one node pool.
@@ -227,7 +232,8 @@ func Parse(name string, data []byte) (*File, error) {
 		return nil, fmt.Errorf("%s: want a mapping with a pools: list at the top level", name)
 	}
 	var raw struct {
-		Pools []json.RawMessage `json:"pools"`
+		Pools    []json.RawMessage `json:"pools"`
+		Strategy Strategy          `json:"strategy"`
 	}
 	if err := strictjson.Decode(js, &raw); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -256,6 +262,12 @@ func Parse(name string, data []byte) (*File, error) {
 		}
 		seen[p.Name] = true
 		f.Pools = append(f.Pools, p)
+	}
+	if len(raw.Strategy) > 0 {
+		f.Strategy = raw.Strategy
+		for _, e := range raw.Strategy.validate(seen) {
+			errs = append(errs, fmt.Errorf("%s: %w", name, e))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -117,11 +117,13 @@ type Config struct {
 	// OnListen is called with the bound address once Run listens.
 	OnListen func(net.Addr)
 
-	// Route picks the pool of a submitted instance that names no pool and
-	// no target_worker, from its labels and resource request (GPUs counted);
-	// "" leaves it in the default pool "". It is called once per submit
-	// request, on the request's goroutine. Nil: such instances stay in "".
-	Route func(labels map[string]string, req capacity.Resources) string
+	// Route picks the pools of the n replicas of a submitted instance that
+	// names no pool and no target_worker, from its labels and resource
+	// request (GPUs counted): one pool per replica (a strategy may split
+	// them); "" leaves one in the default pool "". It is called once per
+	// submit request, on the request's goroutine. Nil: such instances stay
+	// in "".
+	Route func(labels map[string]string, req capacity.Resources, n int) []string
 	// MaxQueued returns the most instances that may wait (PENDING) in a
 	// pool; 0 for no cap. A submit that would pass it is refused with 429
 	// and a reason. Called once per submit request that lands in a pool.
