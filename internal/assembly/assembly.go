@@ -117,6 +117,9 @@ type Assembly struct {
 	routes []config.Pool // the config's pools, for routing
 	// strategy is the config's capacity-provider strategy (none: nil).
 	strategy config.Strategy
+	// reports are the scheduler's last pressure reports, by pool: routing
+	// asks whether a pool at a limit still has room on a node.
+	reports map[string]capacity.Pressure
 	// lastRoute is the last routing choice recorded as an event.
 	lastRoute atomic.Pointer[string]
 	runCtx    context.Context
@@ -401,6 +404,7 @@ func writeJoinToken(dir, tok string) error {
 func (a *Assembly) observe(reports map[string]capacity.Pressure) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.reports = reports
 	for name, p := range a.pools {
 		if p.loop != nil {
 			p.loop.Observe(reports[name])

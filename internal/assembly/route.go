@@ -19,11 +19,12 @@ import (
 // strategy in the config, split across its pools by base and weight,
 // counting the instances each holds live. "" (no pool) when none fits: the
 // instance waits, and `tide pools` shows it as queued nowhere. A choice
-// that is not the config's first fitting pool, or a strategy's split, is
-// recorded as a "routed" event (once until it changes).
+// that is not the config's first fitting pool, one made past a pool with a
+// shortfall, or a strategy's split, is recorded as a "routed" event (once
+// until it changes).
 func (a *Assembly) route(labels map[string]string, req capacity.Resources, n int) []string {
 	a.mu.Lock()
-	d := routing.Route(a.routes, a.shortfall, labels, req)
+	d := routing.Route(a.routes, func(pool string, fits []string) string { return a.shortfall(pool, fits, req) }, labels, req)
 	strategy := a.strategy
 	a.mu.Unlock()
 	ds := slices.Repeat([]routing.Decision{d}, n)
@@ -48,7 +49,8 @@ func (a *Assembly) route(labels map[string]string, req capacity.Resources, n int
 			parts = append(parts, fmt.Sprintf("%s %d", p, split[p]))
 		}
 		msg = fmt.Sprintf("%d instance(s) split by the strategy: %s; the first: %s", n, strings.Join(parts, ", "), ds[0])
-	case len(d.Cands) > 1 && d.Pool != "" && d.First() != d.Pool:
+	case len(d.Cands) > 1 && d.Pool != "" && (d.First() != d.Pool ||
+		slices.ContainsFunc(d.Cands, func(c routing.Candidate) bool { return c.Short != "" })):
 		msg = d.String()
 	}
 	if msg != "" {
@@ -74,10 +76,24 @@ func (a *Assembly) liveInstances(pool string) int {
 	return n
 }
 
-// shortfall says why running pool name cannot take more work now: its
-// desired count is at its max, its last decision was cut by a limit, or
-// every fitting offering is out of capacity; "" when it can. a.mu held.
-func (a *Assembly) shortfall(name string, fits []string) string {
+// roomFor reports whether a node of pool name, in the last pressure
+// report, has room for req now. a.mu held.
+func (a *Assembly) roomFor(name string, req capacity.Resources) bool {
+	rep := a.reports[name]
+	for i := range rep.Nodes {
+		if req.Fits(rep.Nodes[i].Free()) {
+			return true
+		}
+	}
+	return false
+}
+
+// shortfall says why running pool name cannot take more work of req now:
+// its desired count is at its max, its last decision was cut by a limit,
+// no node of its last report has room for req and one more node of a
+// fitting offering would cross a limit, or every fitting offering is out
+// of capacity; "" when it can. a.mu held.
+func (a *Assembly) shortfall(name string, fits []string, req capacity.Resources) string {
 	p, ok := a.pools[name]
 	if !ok || p.retiring || p.loop == nil || p.ctl == nil {
 		return ""
@@ -88,6 +104,21 @@ func (a *Assembly) shortfall(name string, fits []string) string {
 		return fmt.Sprintf("at its max of %d nodes with %d queued", p.cfg.Nodes.Max, st.Queued)
 	case strings.HasPrefix(st.Reason, policy.CodeAtLimit+":"):
 		return "over a limit"
+	}
+	if lim := p.cfg.Limits.Limits; !lim.IsZero() && !a.roomFor(name, req) {
+		held := p.ctl.Held()
+		why := ""
+		for _, o := range p.cfg.Offerings {
+			if !slices.Contains(fits, o.Name()) {
+				continue
+			}
+			if why = lim.Crosses(held, o.Resources, o.PricePerHour); why == "" {
+				break
+			}
+		}
+		if why != "" {
+			return "at a limit: " + why
+		}
 	}
 	un := p.ctl.Unavailable(a.env.Clock.Now())
 	if len(un) > 0 && !slices.ContainsFunc(fits, func(o string) bool { return !slices.Contains(un, o) }) {

@@ -585,7 +585,9 @@ func TestPoolMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, func(c *Config) {
 		c.Registry = reg
-		c.Route = func(_ map[string]string, _ capacity.Resources, n int) []string { return slices.Repeat([]string{"p"}, n) }
+		c.Route = func(_ map[string]string, _ capacity.Resources, n int) []string {
+			return slices.Repeat([]string{"p"}, n)
+		}
 	})
 	tok := e.registerIn("w", "p")
 	for _, c := range []string{"a", "b", "c"} {
