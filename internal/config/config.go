@@ -102,6 +102,7 @@ type Scaling struct {
 	ScaleStep          ScaleStep `json:"scale_step,omitzero"`
 	ScaleInDatapoints  int       `json:"scale_in_datapoints,omitempty"`
 	MetricPeriod       Duration  `json:"metric_period,omitempty"`
+	InstanceWarmup     Duration  `json:"instance_warmup,omitempty"`
 	MinUtilization     int       `json:"min_utilization,omitempty"`
 	MinUnutilizedNodes int       `json:"min_unutilized_nodes,omitempty"`
 	ScaleDownDelay     Duration  `json:"scale_down_delay,omitempty"`
@@ -164,6 +165,7 @@ func (p *Pool) PolicyConfig() policy.Config {
 		Cooldown: time.Duration(s.Cooldown), IdleTimeout: time.Duration(s.IdleTimeout), SlotsPerNode: s.SlotsPerNode,
 		TargetCapacity: s.TargetCapacity, MinStep: s.ScaleStep.Min, MaxStep: s.ScaleStep.Max,
 		ScaleInDatapoints: s.ScaleInDatapoints, MetricPeriod: time.Duration(s.MetricPeriod),
+		InstanceWarmup: time.Duration(s.InstanceWarmup),
 		MinUtilization: s.MinUtilization, MinUnutilizedNodes: s.MinUnutilizedNodes,
 		ScaleDownDelay: time.Duration(s.ScaleDownDelay), BatchWindow: time.Duration(s.BatchWindow), Headroom: s.Headroom,
 		ProtectFirstNode: s.ProtectFirstNode, ConsolidateAfter: time.Duration(s.ConsolidateAfter),
