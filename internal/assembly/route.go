@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/routing"
 	"github.com/tide-project/tide/internal/store"
@@ -24,7 +25,7 @@ import (
 // until it changes).
 func (a *Assembly) route(labels map[string]string, req capacity.Resources, n int) []string {
 	a.mu.Lock()
-	d := routing.Route(a.routes, func(pool string, fits []string) string { return a.shortfall(pool, fits, req) }, labels, req)
+	d := routing.Route(config.Routes(a.routes), func(pool string, fits []string) string { return a.shortfall(pool, fits, req) }, labels, req)
 	strategy := a.strategy
 	a.mu.Unlock()
 	ds := slices.Repeat([]routing.Decision{d}, n)

@@ -267,7 +267,7 @@ func Parse(name string, data []byte) (*File, error) {
 	}
 	if len(raw.Strategy) > 0 {
 		f.Strategy = raw.Strategy
-		for _, e := range raw.Strategy.validate(seen) {
+		for _, e := range validateStrategy(raw.Strategy, seen) {
 			errs = append(errs, fmt.Errorf("%s: %w", name, e))
 		}
 	}

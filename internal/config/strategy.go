@@ -1,36 +1,24 @@
 package config
 
-import "fmt"
+import (
+	"fmt"
 
-// Strategy is a capacity-provider strategy in ECS's sense, over tide's
-// pools: the instances that name no pool, and that some of its pools fit,
-// are split across those pools. The first Base instances live at a time
-// go to the pool that has a base; the rest are divided in proportion to
-// the weights. With base 2 on pool od (weight 1) and weight 3 on spot, a
-// burst of 10 lands 2 + 2 on od and 6 on spot. A pool of the strategy
-// that cannot take more (at its max, over a limit, out of capacity)
-// overflows to the strategy's others. It lives at the top of the
-// configuration file, beside pools:
+	"github.com/tide-project/tide/internal/routing"
+)
+
+// Strategy is the file's capacity-provider strategy (routing.Strategy),
+// at the top of the configuration file, beside pools:
 //
 //	strategy:
 //	  - {pool: od, base: 2, weight: 1}
 //	  - {pool: spot, weight: 3}
-type Strategy []StrategyEntry
+type Strategy = routing.Strategy
 
 // StrategyEntry is one pool of a strategy.
-type StrategyEntry struct {
-	// Pool names a pool of the file.
-	Pool string `json:"pool"`
-	// Base is how many live instances, at least, the pool holds before
-	// weights count; at most one entry may have one (as in ECS).
-	Base int `json:"base,omitempty"`
-	// Weight is the pool's share of the instances beyond the bases
-	// (0..1000); 0 takes only its base.
-	Weight int `json:"weight,omitempty"`
-}
+type StrategyEntry = routing.StrategyEntry
 
-// validate checks s against the file's pools, naming the field.
-func (s Strategy) validate(pools map[string]bool) []error {
+// validateStrategy checks s against the file's pools, naming the field.
+func validateStrategy(s Strategy, pools map[string]bool) []error {
 	var errs []error
 	bases, weights := 0, 0
 	seen := map[string]bool{}
@@ -61,4 +49,18 @@ func (s Strategy) validate(pools map[string]bool) []error {
 		errs = append(errs, fmt.Errorf("strategy: at least one pool needs a weight above 0"))
 	}
 	return errs
+}
+
+// Route is what routing needs of the pool.
+func (p *Pool) Route() routing.Pool {
+	return routing.Pool{Name: p.Name, Weight: p.Weight, Selector: p.Selector.Labels, Offerings: p.Offerings}
+}
+
+// Routes are the pools of pools as routing needs them, in order.
+func Routes(pools []Pool) []routing.Pool {
+	out := make([]routing.Pool, len(pools))
+	for i := range pools {
+		out[i] = pools[i].Route()
+	}
+	return out
 }

@@ -13,8 +13,40 @@ import (
 	"strings"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/config"
 )
+
+// Pool is what routing needs of a pool (config.Pool.Route makes it).
+type Pool struct {
+	Name string
+	// Weight prefers the pool outright: higher first.
+	Weight int
+	// Selector labels must all match the instance's.
+	Selector map[string]string
+	// Offerings are what the pool may launch; the instance must fit one.
+	Offerings []capacity.Offering
+}
+
+// Strategy is a capacity-provider strategy in ECS's sense, over pools: the
+// instances that name no pool, and that some of its pools fit, are split
+// across those pools. The first Base instances live at a time go to the
+// pool that has a base; the rest are divided in proportion to the weights.
+// With base 2 on pool od (weight 1) and weight 3 on spot, a burst of 10
+// lands 2 + 2 on od and 6 on spot. A pool of the strategy that cannot take
+// more (at its max, over a limit, out of capacity) overflows to the
+// strategy's others. config.File.Strategy is the configuration's.
+type Strategy []StrategyEntry
+
+// StrategyEntry is one pool of a strategy.
+type StrategyEntry struct {
+	// Pool names a pool.
+	Pool string `json:"pool"`
+	// Base is how many live instances, at least, the pool holds before
+	// weights count; at most one entry may have one (as in ECS).
+	Base int `json:"base,omitempty"`
+	// Weight is the pool's share of the instances beyond the bases
+	// (0..1000); 0 takes only its base.
+	Weight int `json:"weight,omitempty"`
+}
 
 // Candidate is a pool that could serve an instance: its selector matches
 // and one of its offerings fits.
@@ -91,12 +123,12 @@ func (d Decision) String() string {
 // out of capacity) overflows to the next; when every candidate has one,
 // the first is chosen anyway (the instance waits there, as it would on a
 // single pool). short may be nil.
-func Route(pools []config.Pool, short func(pool string, fits []string) string, labels map[string]string,
+func Route(pools []Pool, short func(pool string, fits []string) string, labels map[string]string,
 	req capacity.Resources) Decision {
 	var cands []Candidate
 	for i, p := range pools {
 		match := true
-		for k, v := range p.Selector.Labels {
+		for k, v := range p.Selector {
 			if labels[k] != v {
 				match = false
 				break
@@ -152,9 +184,9 @@ func Route(pools []config.Pool, short func(pool string, fits []string) string, l
 // strategy's order, pools with a shortfall overflowing to the others as
 // in Route. The returned decisions carry d's candidates. When no pool of
 // the strategy is a candidate of d, or s is empty, every instance gets d.
-func Split(s config.Strategy, d Decision, counts map[string]int, n int) []Decision {
+func Split(s Strategy, d Decision, counts map[string]int, n int) []Decision {
 	out := make([]Decision, n)
-	var in []config.StrategyEntry
+	var in []StrategyEntry
 	short := map[string]bool{}
 	for _, e := range s {
 		if i := slices.IndexFunc(d.Cands, func(c Candidate) bool { return c.Pool == e.Pool }); i >= 0 {
@@ -173,7 +205,7 @@ func Split(s config.Strategy, d Decision, counts map[string]int, n int) []Decisi
 		live[e.Pool] = counts[e.Pool]
 	}
 	// Pools with no shortfall, unless every one has one.
-	usable := slices.DeleteFunc(slices.Clone(in), func(e config.StrategyEntry) bool { return short[e.Pool] })
+	usable := slices.DeleteFunc(slices.Clone(in), func(e StrategyEntry) bool { return short[e.Pool] })
 	if len(usable) == 0 {
 		usable = in
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/tide-project/tide/internal/capacity"
-	"github.com/tide-project/tide/internal/config"
 )
 
 // TestRouteCheapestHeaviestOverflow: among the pools whose selector and
@@ -16,11 +15,11 @@ import (
 func TestRouteCheapestHeaviestOverflow(t *testing.T) {
 	c4 := capacity.Resources{MilliCPU: 4000, Memory: 16 << 30}
 	g1 := capacity.Resources{MilliCPU: 8000, Memory: 64 << 30, GPUs: 1}
-	od := config.Pool{Name: "od", Offerings: []capacity.Offering{{Type: "c4", Kind: capacity.OnDemand, Resources: c4, PricePerHour: 0.40}}}
-	spot := config.Pool{Name: "spot", Offerings: []capacity.Offering{{Type: "c4", Kind: capacity.Spot, Resources: c4, PricePerHour: 0.12,
+	od := Pool{Name: "od", Offerings: []capacity.Offering{{Type: "c4", Kind: capacity.OnDemand, Resources: c4, PricePerHour: 0.40}}}
+	spot := Pool{Name: "spot", Offerings: []capacity.Offering{{Type: "c4", Kind: capacity.Spot, Resources: c4, PricePerHour: 0.12,
 		InterruptionProbability: 0.05, InterruptionPenalty: 2}}} // $0.22/h effective
-	gpu := config.Pool{Name: "gpu", Offerings: []capacity.Offering{{Type: "g1", Resources: g1, PricePerHour: 1.2}},
-		Selector: config.Selector{Labels: map[string]string{"accel": "gpu"}}}
+	gpu := Pool{Name: "gpu", Offerings: []capacity.Offering{{Type: "g1", Resources: g1, PricePerHour: 1.2}},
+		Selector: map[string]string{"accel": "gpu"}}
 	heavyOD := od
 	heavyOD.Weight = 10
 	cpu1 := capacity.CPU(1000)
@@ -36,23 +35,23 @@ func TestRouteCheapestHeaviestOverflow(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name   string
-		pools  []config.Pool
+		pools  []Pool
 		short  func(string, []string) string
 		labels map[string]string
 		req    capacity.Resources
 		want   string
 		why    string
 	}{
-		{"cheaper second in the file", []config.Pool{od, spot}, nil, nil, cpu1, "spot",
+		{"cheaper second in the file", []Pool{od, spot}, nil, nil, cpu1, "spot",
 			"spot (weight 0, $0.22/h) chosen over od (weight 0, $0.40/h)"},
-		{"weight beats cost", []config.Pool{spot, heavyOD}, nil, nil, cpu1, "od", "od (weight 10, $0.40/h) chosen over spot"},
-		{"tie: config order", []config.Pool{od, {Name: "od2", Offerings: od.Offerings}}, nil, nil, cpu1, "od", ""},
-		{"the cheaper one at its max overflows", []config.Pool{od, spot}, short("spot"), nil, cpu1, "od",
+		{"weight beats cost", []Pool{spot, heavyOD}, nil, nil, cpu1, "od", "od (weight 10, $0.40/h) chosen over spot"},
+		{"tie: config order", []Pool{od, {Name: "od2", Offerings: od.Offerings}}, nil, nil, cpu1, "od", ""},
+		{"the cheaper one at its max overflows", []Pool{od, spot}, short("spot"), nil, cpu1, "od",
 			"od (weight 0, $0.40/h) chosen over spot (weight 0, $0.22/h, at its max of 4 nodes with 3 queued)"},
-		{"every one short: the best anyway", []config.Pool{od, spot}, short("od", "spot"), nil, cpu1, "spot", ""},
-		{"selector keeps the gpu pool out", []config.Pool{gpu, od}, nil, nil, cpu1, "od", ""},
-		{"only the gpu pool fits", []config.Pool{od, spot, gpu}, nil, map[string]string{"accel": "gpu"}, g1, "gpu", ""},
-		{"nothing fits", []config.Pool{od, spot}, nil, nil, g1, "", "no pool's selector and offerings fit"},
+		{"every one short: the best anyway", []Pool{od, spot}, short("od", "spot"), nil, cpu1, "spot", ""},
+		{"selector keeps the gpu pool out", []Pool{gpu, od}, nil, nil, cpu1, "od", ""},
+		{"only the gpu pool fits", []Pool{od, spot, gpu}, nil, map[string]string{"accel": "gpu"}, g1, "gpu", ""},
+		{"nothing fits", []Pool{od, spot}, nil, nil, g1, "", "no pool's selector and offerings fit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := Route(c.pools, c.short, c.labels, c.req)
@@ -70,11 +69,11 @@ func TestRouteCheapestHeaviestOverflow(t *testing.T) {
 // the strategy does not name, or that do not fit, are left out.
 func TestSplitBaseAndWeight(t *testing.T) {
 	c4 := capacity.Resources{MilliCPU: 4000, Memory: 16 << 30}
-	pool := func(name string, price float64) config.Pool {
-		return config.Pool{Name: name, Offerings: []capacity.Offering{{Type: "c4", Resources: c4, PricePerHour: price}}}
+	pool := func(name string, price float64) Pool {
+		return Pool{Name: name, Offerings: []capacity.Offering{{Type: "c4", Resources: c4, PricePerHour: price}}}
 	}
-	pools := []config.Pool{pool("od", 0.4), pool("spot", 0.2), pool("other", 0.1)}
-	s := config.Strategy{{Pool: "od", Base: 2, Weight: 1}, {Pool: "spot", Weight: 3}}
+	pools := []Pool{pool("od", 0.4), pool("spot", 0.2), pool("other", 0.1)}
+	s := Strategy{{Pool: "od", Base: 2, Weight: 1}, {Pool: "spot", Weight: 3}}
 	cpu1 := capacity.CPU(1000)
 	tally := func(ds []Decision) map[string]int {
 		m := map[string]int{}
@@ -116,8 +115,8 @@ func TestSplitBaseAndWeight(t *testing.T) {
 	}
 	// Nothing of the strategy fits (a selector keeps both out): plain routing.
 	sel := slices.Clone(pools)
-	sel[0].Selector.Labels = map[string]string{"team": "a"}
-	sel[1].Selector.Labels = map[string]string{"team": "a"}
+	sel[0].Selector = map[string]string{"team": "a"}
+	sel[1].Selector = map[string]string{"team": "a"}
 	if got := tally(Split(s, Route(sel, nil, nil, cpu1), nil, 3)); got["other"] != 3 {
 		t.Errorf("strategy pools out: %v, want other 3", got)
 	}
