@@ -31,6 +31,7 @@ var purePackages = []string{
 	"internal/submit",
 	"internal/kube/demand",
 	"internal/kube/drain",
+	"internal/routing",
 }
 
 // bannedImports are the I/O packages a pure package may not import

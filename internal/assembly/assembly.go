@@ -115,6 +115,11 @@ type Assembly struct {
 	pools  map[string]*pool
 	order  []string
 	routes []config.Pool // the config's pools, for routing
+	// strategy is the config's capacity-provider strategy (none: nil).
+	strategy config.Strategy
+	// reports are the scheduler's last pressure reports, by pool: routing
+	// asks whether a pool at a limit still has room on a node.
+	reports map[string]capacity.Pressure
 	// lastRoute is the last routing choice recorded as an event.
 	lastRoute atomic.Pointer[string]
 	runCtx    context.Context
@@ -161,6 +166,7 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 			return nil, &ConfigError{err}
 		}
 		pools, source = f.Pools, cfg.ConfigPath
+		a.strategy = f.Strategy
 	}
 	builds, err := a.check(source, pools, nil)
 	if err != nil {
@@ -172,6 +178,7 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 	hc.OnPressure = a.observe
 	hc.Route = a.route
 	hc.MaxQueued = a.maxQueued
+	hc.MaxWait = a.maxWait
 	hc.PoolStatus = a.status
 	hc.OnListen = nil
 	gws, err := a.netnsGateways(source, pools, listenHost(hc.Addr))
@@ -397,33 +404,12 @@ func writeJoinToken(dir, tok string) error {
 func (a *Assembly) observe(reports map[string]capacity.Pressure) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.reports = reports
 	for name, p := range a.pools {
 		if p.loop != nil {
 			p.loop.Observe(reports[name])
 		}
 	}
-}
-
-// route picks the pool of an instance that names none (route.go): the
-// heaviest, then cheapest pool whose selector and offerings fit, a pool
-// with a shortfall overflowing to the next. "" (no pool) when none fits:
-// the instance waits, and `tide pools` shows it as queued nowhere. A
-// choice that is not the config's first fitting pool is recorded as a
-// "routed" event (once until the choice or its reason changes).
-func (a *Assembly) route(labels map[string]string, req capacity.Resources) string {
-	a.mu.Lock()
-	r := route(a.routes, a.shortfall, labels, req)
-	a.mu.Unlock()
-	if len(r.cands) > 1 && r.pool != "" {
-		first := slices.MinFunc(r.cands, func(x, y candidate) int { return x.order - y.order })
-		if first.pool != r.pool {
-			msg := r.String()
-			if old := a.lastRoute.Swap(&msg); old == nil || *old != msg {
-				a.event(r.pool, "Normal", "routed", "%s", msg)
-			}
-		}
-	}
-	return r.pool
 }
 
 // maxQueued is pool name's max_queued in the current config (0: no cap).
@@ -433,6 +419,18 @@ func (a *Assembly) maxQueued(name string) int {
 	for i := range a.routes {
 		if a.routes[i].Name == name {
 			return a.routes[i].MaxQueued
+		}
+	}
+	return 0
+}
+
+// maxWait is pool name's max_wait in the current config (0: none).
+func (a *Assembly) maxWait(name string) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range a.routes {
+		if a.routes[i].Name == name {
+			return time.Duration(a.routes[i].MaxWait)
 		}
 	}
 	return 0

@@ -167,6 +167,7 @@ func (a *Assembly) Reload(f *config.File) error {
 	}
 	a.order = order
 	a.routes = slices.Clone(f.Pools)
+	a.strategy = f.Strategy
 	a.log.Info("config reloaded", "file", source, "added", added, "changed", changed, "removed", removed, "unchanged", same)
 	a.event("", controller.TypeNormal, ReasonConfigReloaded, "%s reloaded: %d added %v, %d changed %v, %d removed %v, %d unchanged",
 		source, len(added), added, len(changed), changed, len(removed), removed, len(same))

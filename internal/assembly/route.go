@@ -1,133 +1,100 @@
 package assembly
 
 import (
+	"context"
 	"fmt"
-	"math"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/policy"
+	"github.com/tide-project/tide/internal/routing"
+	"github.com/tide-project/tide/internal/store"
 )
 
-// candidate is a pool that could serve an instance: its selector matches
-// and one of its offerings fits.
-type candidate struct {
-	pool   string
-	weight int
-	// cost is the effective cost per hour of the cheapest fitting offering
-	// (the node the instance would cost at most).
-	cost float64
-	// order is the pool's place in the config.
-	order int
-	// short says why the pool cannot take more now ("" when it can).
-	short string
-}
-
-// routing is a routing decision: the chosen pool ("" for none) and the
-// candidates, in preference order, for events and logs.
-type routing struct {
-	pool  string
-	cands []candidate
-}
-
-// String says which pools could serve, their costs, and why one was
-// chosen, e.g. "spot (weight 0, $0.13/h) chosen over od (weight 0,
-// $0.40/h): cheapest".
-func (r routing) String() string {
-	if r.pool == "" {
-		return "no pool's selector and offerings fit"
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s chosen", r.pool)
-	var others []string
-	for _, c := range r.cands {
-		s := fmt.Sprintf("%s (weight %d, $%.2f/h", c.pool, c.weight, c.cost)
-		if c.short != "" {
-			s += ", " + c.short
+// route picks the pools of the n replicas of an instance that names none
+// (internal/routing): the heaviest, then cheapest pool whose selector and
+// offerings fit, a pool with a shortfall overflowing to the next; with a
+// strategy in the config, split across its pools by base and weight,
+// counting the instances each holds live. "" (no pool) when none fits: the
+// instance waits, and `tide pools` shows it as queued nowhere. A choice
+// that is not the config's first fitting pool, one made past a pool with a
+// shortfall, or a strategy's split, is recorded as a "routed" event (once
+// until it changes).
+func (a *Assembly) route(labels map[string]string, req capacity.Resources, n int) []string {
+	a.mu.Lock()
+	d := routing.Route(config.Routes(a.routes), func(pool string, fits []string) string { return a.shortfall(pool, fits, req) }, labels, req)
+	strategy := a.strategy
+	a.mu.Unlock()
+	ds := slices.Repeat([]routing.Decision{d}, n)
+	if len(strategy) > 0 && d.Pool != "" {
+		counts := map[string]int{}
+		for _, e := range strategy {
+			counts[e.Pool] = a.liveInstances(e.Pool)
 		}
-		s += ")"
-		if c.pool == r.pool {
-			b.Reset()
-			fmt.Fprintf(&b, "%s chosen", s)
+		ds = routing.Split(strategy, d, counts, n)
+	}
+	pools := make([]string, n)
+	split := map[string]int{}
+	for i, d := range ds {
+		pools[i] = d.Pool
+		split[d.Pool]++
+	}
+	var msg string
+	switch {
+	case ds[0].Strategy != "":
+		var parts []string
+		for _, p := range slices.Sorted(maps.Keys(split)) {
+			parts = append(parts, fmt.Sprintf("%s %d", p, split[p]))
+		}
+		msg = fmt.Sprintf("%d instance(s) split by the strategy: %s; the first: %s", n, strings.Join(parts, ", "), ds[0])
+	case len(d.Cands) > 1 && d.Pool != "" && (d.First() != d.Pool ||
+		slices.ContainsFunc(d.Cands, func(c routing.Candidate) bool { return c.Short != "" })):
+		msg = d.String()
+	}
+	if msg != "" {
+		if old := a.lastRoute.Swap(&msg); old == nil || *old != msg {
+			a.event(ds[0].Pool, "Normal", "routed", "%s", msg)
+		}
+	}
+	return pools
+}
+
+// liveInstances counts pool's instances that have not ended (waiting,
+// assigned, running, unknown): what a strategy's base and weights divide.
+func (a *Assembly) liveInstances(pool string) int {
+	n := 0
+	for _, st := range []store.Status{store.StatusPending, store.StatusAssigned, store.StatusRunning, store.StatusUnknown} {
+		c, err := a.h.CountInstances(context.Background(), store.Filter{Status: st, Pool: &pool})
+		if err != nil {
+			a.log.Warn("routing: counting a pool's instances", "pool", pool, "err", err)
 			continue
 		}
-		others = append(others, s)
+		n += c
 	}
-	if len(others) > 0 {
-		b.WriteString(" over " + strings.Join(others, ", "))
-	}
-	return b.String()
+	return n
 }
 
-// route picks the pool of an instance that names none, among those whose
-// selector labels all match and one of whose offerings fits the request:
-// the highest weight first, then the lowest effective cost of the
-// cheapest fitting offering, then config order. A pool with a shortfall
-// (short returns why: at its max, over a limit, every fitting offering
-// out of capacity) overflows to the next; when every candidate has one,
-// the first is chosen anyway (the instance waits there, as it would on a
-// single pool). short may be nil.
-func route(pools []config.Pool, short func(pool string, fits []string) string, labels map[string]string,
-	req capacity.Resources) routing {
-	var cands []candidate
-	fitsBy := map[string][]string{}
-	for i, p := range pools {
-		match := true
-		for k, v := range p.Selector.Labels {
-			if labels[k] != v {
-				match = false
-				break
-			}
-		}
-		if !match {
-			continue
-		}
-		cost, fits := math.Inf(1), []string(nil)
-		for _, o := range p.Offerings {
-			if req.Fits(o.Resources) {
-				cost = min(cost, o.EffectiveCost())
-				fits = append(fits, o.Name())
-			}
-		}
-		if fits == nil {
-			continue
-		}
-		cands = append(cands, candidate{pool: p.Name, weight: p.Weight, cost: cost, order: i})
-		fitsBy[p.Name] = fits
-	}
-	slices.SortStableFunc(cands, func(a, b candidate) int {
-		switch {
-		case a.weight != b.weight:
-			return b.weight - a.weight
-		case a.cost < b.cost:
-			return -1
-		case a.cost > b.cost:
-			return 1
-		}
-		return a.order - b.order
-	})
-	r := routing{cands: cands}
-	if len(cands) == 0 {
-		return r
-	}
-	r.pool = cands[0].pool
-	if short != nil {
-		for i := range cands {
-			cands[i].short = short(cands[i].pool, fitsBy[cands[i].pool])
-		}
-		if i := slices.IndexFunc(cands, func(c candidate) bool { return c.short == "" }); i >= 0 {
-			r.pool = cands[i].pool
+// roomFor reports whether a node of pool name, in the last pressure
+// report, has room for req now. a.mu held.
+func (a *Assembly) roomFor(name string, req capacity.Resources) bool {
+	rep := a.reports[name]
+	for i := range rep.Nodes {
+		if req.Fits(rep.Nodes[i].Free()) {
+			return true
 		}
 	}
-	return r
+	return false
 }
 
-// shortfall says why running pool name cannot take more work now: its
-// desired count is at its max, its last decision was cut by a limit, or
-// every fitting offering is out of capacity; "" when it can. a.mu held.
-func (a *Assembly) shortfall(name string, fits []string) string {
+// shortfall says why running pool name cannot take more work of req now:
+// its desired count is at its max, its last decision was cut by a limit,
+// no node of its last report has room for req and one more node of a
+// fitting offering would cross a limit, or every fitting offering is out
+// of capacity; "" when it can. a.mu held.
+func (a *Assembly) shortfall(name string, fits []string, req capacity.Resources) string {
 	p, ok := a.pools[name]
 	if !ok || p.retiring || p.loop == nil || p.ctl == nil {
 		return ""
@@ -138,6 +105,21 @@ func (a *Assembly) shortfall(name string, fits []string) string {
 		return fmt.Sprintf("at its max of %d nodes with %d queued", p.cfg.Nodes.Max, st.Queued)
 	case strings.HasPrefix(st.Reason, policy.CodeAtLimit+":"):
 		return "over a limit"
+	}
+	if lim := p.cfg.Limits.Limits; !lim.IsZero() && !a.roomFor(name, req) {
+		held := p.ctl.Held()
+		why := ""
+		for _, o := range p.cfg.Offerings {
+			if !slices.Contains(fits, o.Name()) {
+				continue
+			}
+			if why = lim.Crosses(held, o.Resources, o.PricePerHour); why == "" {
+				break
+			}
+		}
+		if why != "" {
+			return "at a limit: " + why
+		}
 	}
 	un := p.ctl.Unavailable(a.env.Clock.Now())
 	if len(un) > 0 && !slices.ContainsFunc(fits, func(o string) bool { return !slices.Contains(un, o) }) {

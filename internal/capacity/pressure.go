@@ -55,6 +55,10 @@ type Node struct {
 	// IdleSince is when the node last became empty of non-daemon work; zero
 	// when busy or unknown.
 	IdleSince time.Time `json:"idle_since,omitzero"`
+	// JoinedAt is when the node joined (its worker registered); zero when
+	// unknown. Target-tracking's instance warm-up holds a node that joined
+	// recently out of its metric.
+	JoinedAt time.Time `json:"joined_at,omitzero"`
 
 	// sums caches what Running adds up to (Summarize); zero: not cached.
 	sums nodeSums

@@ -27,6 +27,7 @@ type submitFlags struct {
 	cpu                                               float64
 	gpus, memMB                                       int64
 	exclusive, noExclusive, daemon, restartable       bool
+	maxWait                                           time.Duration
 	labels, env                                       []string
 	replicas, maxRestarts                             int
 }
@@ -50,7 +51,7 @@ PyLet's Python client does for a list (shlex.join), so
 
 A TOML job file (-c) can hold every field: command (a string, or an array that
 is shell-quoted), name, venv, replicas, restart_policy, max_restarts, pool,
-daemon, restartable; [resources] cpus, gpus, memory ("8Gi", or MB), gpu_indices, exclusive,
+daemon, restartable, max_wait; [resources] cpus, gpus, memory ("8Gi", or MB), gpu_indices, exclusive,
 target_worker; [env] and [labels] tables. ${VAR} and $VAR are expanded from the
 environment. Flags given on the command line win over the file, which wins over
 the defaults (1 CPU core, no GPU, 512 MB).`,
@@ -97,6 +98,7 @@ the defaults (1 CPU core, no GPU, 512 MB).`,
 	f.IntVar(&sf.maxRestarts, "max-restarts", 0, "restarts allowed by the policy (default 3 with a policy)")
 	f.StringVar(&sf.pool, "pool", "", "node pool to run in")
 	f.BoolVar(&sf.daemon, "daemon", false, "a daemon never holds a node up")
+	f.DurationVar(&sf.maxWait, "max-wait", 0, "end FAILED if no capacity places it within this long, e.g. 30m (default: its pool's max_wait, if any)")
 	f.BoolVar(&sf.restartable, "restartable", false, "consolidation may stop it and start it again on another node (its attempt's work is lost)")
 	cf.register(cmd)
 	outputFlag(cmd, &out)
@@ -120,7 +122,7 @@ func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(st
 	req := &httpapi.SubmitRequest{Name: job.Name, TargetWorker: job.TargetWorker, GPUIndices: job.GPUIndices,
 		Exclusive: job.Exclusive, Labels: job.Labels, Env: job.Env, Venv: job.Venv, Replicas: job.Replicas,
 		RestartPolicy: job.RestartPolicy, MaxRestarts: job.MaxRestarts, Pool: job.Pool, Daemon: job.Daemon,
-		Restartable: job.Restartable, ResourceRequirements: &httpapi.ResourceSpec{CPUCores: job.CPUCores, GPUUnits: job.GPUs, MemoryMB: job.MemoryMB}}
+		Restartable: job.Restartable, MaxWait: job.MaxWait, ResourceRequirements: &httpapi.ResourceSpec{CPUCores: job.CPUCores, GPUUnits: job.GPUs, MemoryMB: job.MemoryMB}}
 	req.Command = job.Command
 	switch {
 	case len(args) == 1:
@@ -185,6 +187,10 @@ func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(st
 	}
 	if f.Changed("restartable") {
 		req.Restartable = &sf.restartable
+	}
+	if f.Changed("max-wait") {
+		mw := sf.maxWait.String()
+		req.MaxWait = &mw
 	}
 	if f.Changed("replicas") {
 		req.Replicas = &sf.replicas

@@ -31,6 +31,11 @@ import (
 type File struct {
 	// Pools are the node pools, in file order.
 	Pools []Pool `json:"pools"`
+	// Strategy splits the instances that name no pool across pools by
+	// base and weight, as an ECS capacity-provider strategy does
+	// (strategy.go). Empty: each goes to the heaviest, then cheapest pool
+	// that fits.
+	Strategy Strategy `json:"strategy,omitempty"`
 }
 
 // Pool is one node pool.
@@ -58,6 +63,12 @@ type Pool struct {
 	// that would pass it is refused with 429 (seed 002's provisioning
 	// queue cap). 0, the default, is no cap.
 	MaxQueued int `json:"max_queued,omitempty"`
+	// MaxWait fails an instance of the pool that has waited (PENDING)
+	// this long without being placed: it ends FAILED with the reason "no
+	// capacity within <max_wait>: <why it waited>" (seed 002: ECS stops a
+	// task left in its provisioning queue). An instance's own max_wait
+	// wins. 0, the default, waits for ever.
+	MaxWait Duration `json:"max_wait,omitempty"`
 	// Limits bound the pool's CPU, memory, GPUs and cost per hour in all
 	// (limits.go); a purchase never crosses them.
 	Limits Limits `json:"limits,omitzero"`
@@ -91,6 +102,7 @@ type Scaling struct {
 	ScaleStep          ScaleStep `json:"scale_step,omitzero"`
 	ScaleInDatapoints  int       `json:"scale_in_datapoints,omitempty"`
 	MetricPeriod       Duration  `json:"metric_period,omitempty"`
+	InstanceWarmup     Duration  `json:"instance_warmup,omitempty"`
 	MinUtilization     int       `json:"min_utilization,omitempty"`
 	MinUnutilizedNodes int       `json:"min_unutilized_nodes,omitempty"`
 	ScaleDownDelay     Duration  `json:"scale_down_delay,omitempty"`
@@ -153,6 +165,7 @@ func (p *Pool) PolicyConfig() policy.Config {
 		Cooldown: time.Duration(s.Cooldown), IdleTimeout: time.Duration(s.IdleTimeout), SlotsPerNode: s.SlotsPerNode,
 		TargetCapacity: s.TargetCapacity, MinStep: s.ScaleStep.Min, MaxStep: s.ScaleStep.Max,
 		ScaleInDatapoints: s.ScaleInDatapoints, MetricPeriod: time.Duration(s.MetricPeriod),
+		InstanceWarmup: time.Duration(s.InstanceWarmup),
 		MinUtilization: s.MinUtilization, MinUnutilizedNodes: s.MinUnutilizedNodes,
 		ScaleDownDelay: time.Duration(s.ScaleDownDelay), BatchWindow: time.Duration(s.BatchWindow), Headroom: s.Headroom,
 		ProtectFirstNode: s.ProtectFirstNode, ConsolidateAfter: time.Duration(s.ConsolidateAfter),
@@ -221,7 +234,8 @@ func Parse(name string, data []byte) (*File, error) {
 		return nil, fmt.Errorf("%s: want a mapping with a pools: list at the top level", name)
 	}
 	var raw struct {
-		Pools []json.RawMessage `json:"pools"`
+		Pools    []json.RawMessage `json:"pools"`
+		Strategy Strategy          `json:"strategy"`
 	}
 	if err := strictjson.Decode(js, &raw); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -250,6 +264,12 @@ func Parse(name string, data []byte) (*File, error) {
 		}
 		seen[p.Name] = true
 		f.Pools = append(f.Pools, p)
+	}
+	if len(raw.Strategy) > 0 {
+		f.Strategy = raw.Strategy
+		for _, e := range validateStrategy(raw.Strategy, seen) {
+			errs = append(errs, fmt.Errorf("%s: %w", name, e))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -292,6 +312,9 @@ func (p *Pool) validate() error {
 	}
 	if p.MaxQueued < 0 {
 		errs = append(errs, fmt.Errorf("max_queued: must not be negative, got %d", p.MaxQueued))
+	}
+	if p.MaxWait != 0 && time.Duration(p.MaxWait) < time.Second {
+		errs = append(errs, fmt.Errorf("max_wait: must be 1s or more (or 0 for none), got %s", time.Duration(p.MaxWait)))
 	}
 	if _, err := p.Consolidation(); err != nil {
 		errs = append(errs, splitJoined(err)...)

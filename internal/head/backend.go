@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -105,11 +107,20 @@ func (h *Head) Submit(ctx context.Context, req *httpapi.SubmitRequest) ([]string
 			return nil, bad("pool %q does not exist; pools: %s", pool, strings.Join(names, ", "))
 		}
 	}
+	pools := slices.Repeat([]string{pool}, spec.Replicas)
 	if pool == "" && target == nil && h.cfg.Route != nil {
-		pool = h.cfg.Route(spec.Labels, spec.Resources)
+		if got := h.cfg.Route(spec.Labels, spec.Resources, spec.Replicas); len(got) == spec.Replicas {
+			pools = got
+		}
 	}
-	if err := h.checkQueue(ctx, pool, spec.Replicas); err != nil {
-		return nil, err
+	perPool := map[string]int{}
+	for _, p := range pools {
+		perPool[p]++
+	}
+	for _, p := range slices.Sorted(maps.Keys(perPool)) {
+		if err := h.checkQueue(ctx, p, perPool[p]); err != nil {
+			return nil, err
+		}
 	}
 	ins := make([]store.Instance, spec.Replicas)
 	ids := make([]string, spec.Replicas)
@@ -124,10 +135,10 @@ func (h *Head) Submit(ctx context.Context, req *httpapi.SubmitRequest) ([]string
 			n = fmt.Sprintf("%s-%d", spec.Name, i)
 		}
 		ids[i] = id
-		ins[i] = store.Instance{ID: id, Name: n, Command: spec.Command, Pool: pool, Requests: spec.Resources,
+		ins[i] = store.Instance{ID: id, Name: n, Command: spec.Command, Pool: pools[i], Requests: spec.Resources,
 			Exclusive: spec.Exclusive, Daemon: spec.Daemon, Restartable: spec.Restartable, Labels: spec.Labels,
 			Env: spec.Env, Venv: spec.Venv, RequestedGPUIndices: spec.GPUIndices, RestartPolicy: spec.RestartPolicy,
-			MaxRestarts: spec.MaxRestarts, CreatedAt: now, QueuedAt: now}
+			MaxRestarts: spec.MaxRestarts, MaxWait: spec.MaxWait, CreatedAt: now, QueuedAt: now}
 		if target != nil {
 			ins[i].TargetWorker = target.ID
 		}

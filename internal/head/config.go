@@ -63,7 +63,8 @@ type Config struct {
 	// OfflineAfter makes a worker OFFLINE and its instances UNKNOWN (or
 	// requeued by their restart policy); > SuspectAfter. 120s when zero.
 	OfflineAfter time.Duration
-	// LivenessInterval is the liveness check period; 5s.
+	// LivenessInterval is the period of the liveness check and of the
+	// max_wait sweep (maxwait.go); 5s.
 	LivenessInterval time.Duration
 	// FenceMargin is the safety margin of the fencing lease (issue 16,
 	// fence.go): a worker cut off from the head stops its instances that
@@ -116,16 +117,24 @@ type Config struct {
 	// OnListen is called with the bound address once Run listens.
 	OnListen func(net.Addr)
 
-	// Route picks the pool of a submitted instance that names no pool and
-	// no target_worker, from its labels and resource request (GPUs counted);
-	// "" leaves it in the default pool "". It is called once per submit
-	// request, on the request's goroutine. Nil: such instances stay in "".
-	Route func(labels map[string]string, req capacity.Resources) string
+	// Route picks the pools of the n replicas of a submitted instance that
+	// names no pool and no target_worker, from its labels and resource
+	// request (GPUs counted): one pool per replica (a strategy may split
+	// them); "" leaves one in the default pool "". It is called once per
+	// submit request, on the request's goroutine. Nil: such instances stay
+	// in "".
+	Route func(labels map[string]string, req capacity.Resources, n int) []string
 	// MaxQueued returns the most instances that may wait (PENDING) in a
 	// pool; 0 for no cap. A submit that would pass it is refused with 429
 	// and a reason. Called once per submit request that lands in a pool.
 	// Nil: no pool has a cap.
 	MaxQueued func(pool string) int
+	// MaxWait returns a pool's max_wait: a PENDING instance of the pool
+	// with no max_wait of its own that has waited this long (since it was
+	// queued) ends FAILED with the reason "no capacity within <d>: <why it
+	// waits>". 0 for none. Called by the leader's sweep (maxwait.go). Nil:
+	// only instances' own max_wait applies.
+	MaxWait func(pool string) time.Duration
 	// PoolStatus returns the autoscaled pools' own view for GET /pools and
 	// GET /nodes, in display order; the head merges it with its workers and
 	// its last pressure report (Head.SetPoolStatus replaces it). It is

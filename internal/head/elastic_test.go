@@ -187,9 +187,13 @@ func TestRouteSetsThePoolOfUnpooledSubmits(t *testing.T) {
 	var (
 		mu    sync.Mutex
 		calls []call
+		route func(labels map[string]string, req capacity.Resources) string
 	)
 	e := newEnv(t, func(c *Config) {
-		c.Route = func(labels map[string]string, req capacity.Resources) string {
+		c.Route = func(labels map[string]string, req capacity.Resources, n int) []string {
+			return slices.Repeat([]string{route(labels, req)}, n)
+		}
+		route = func(labels map[string]string, req capacity.Resources) string {
 			mu.Lock()
 			calls = append(calls, call{labels, req})
 			mu.Unlock()
@@ -581,7 +585,9 @@ func TestPoolMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, func(c *Config) {
 		c.Registry = reg
-		c.Route = func(map[string]string, capacity.Resources) string { return "p" }
+		c.Route = func(_ map[string]string, _ capacity.Resources, n int) []string {
+			return slices.Repeat([]string{"p"}, n)
+		}
 	})
 	tok := e.registerIn("w", "p")
 	for _, c := range []string{"a", "b", "c"} {

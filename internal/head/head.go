@@ -266,6 +266,9 @@ func (h *Head) livenessLoop(ctx context.Context) {
 		if err := h.CheckLiveness(ctx); err != nil && ctx.Err() == nil {
 			h.log.Error("liveness check failed", "err", err)
 		}
+		if _, err := h.ExpireWaiting(ctx); err != nil && ctx.Err() == nil {
+			h.log.Error("max_wait sweep failed", "err", err)
+		}
 	}
 }
 
@@ -287,7 +290,8 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	workers := make([]scheduler.Worker, 0, len(st.Workers))
 	for _, w := range st.Workers {
 		workers = append(workers, scheduler.Worker{Name: w.ID, Pool: w.Pool, Ordinal: w.Ordinal, Capacity: w.Capacity,
-			Schedulable: w.Status == store.WorkerOnline, Offline: w.Status == store.WorkerOffline, Cordoned: w.Cordoned()})
+			Schedulable: w.Status == store.WorkerOnline, Offline: w.Status == store.WorkerOffline, Cordoned: w.Cordoned(),
+			JoinedAt: w.RegisteredAt})
 	}
 	conv := func(in []store.SchedInstance) []scheduler.Instance {
 		out := make([]scheduler.Instance, len(in))

@@ -82,6 +82,9 @@ type InstanceJSON struct {
 	// stopping its previous attempt (issue 16). Omitted when nothing holds
 	// it; waiting_reason says why in words.
 	NotBefore *string `json:"not_before,omitempty"`
+	// MaxWait is the instance's own max_wait ("30m0s"), omitted when it
+	// has none (its pool's, if any, applies).
+	MaxWait string `json:"max_wait,omitempty"`
 }
 
 func strPtr(s string) *string {
@@ -115,6 +118,9 @@ func InstanceFrom(in *store.Instance) InstanceJSON {
 	}
 	if in.Status == store.StatusPending {
 		out.NotBefore = timePtr(in.NotBefore)
+	}
+	if in.MaxWait > 0 {
+		out.MaxWait = in.MaxWait.String()
 	}
 	if out.Labels == nil {
 		out.Labels = map[string]string{}

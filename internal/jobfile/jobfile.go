@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
 
@@ -31,6 +32,7 @@ import (
 //	pool = "gpu"                       # tide
 //	daemon = false                     # tide
 //	restartable = false                # tide: consolidation may move it (losing its attempt's work)
+//	max_wait = "30m"                   # tide: FAILED if not placed within 30m (default: the pool's)
 //	[resources]
 //	cpus = 4                           # cores: 4, 0.5 or "500m"
 //	gpus = 1                           # or gpu_indices, not both
@@ -52,6 +54,7 @@ type File struct {
 	Pool          *string
 	Daemon        *bool
 	Restartable   *bool
+	MaxWait       *string
 	CPUCores      *float64
 	GPUs          *int64
 	MemoryMB      *int64
@@ -63,7 +66,7 @@ type File struct {
 }
 
 var (
-	topKeys      = []string{"command", "name", "venv", "replicas", "restart_policy", "max_restarts", "pool", "daemon", "restartable", "resources", "env", "labels"}
+	topKeys      = []string{"command", "name", "venv", "replicas", "restart_policy", "max_restarts", "pool", "daemon", "restartable", "max_wait", "resources", "env", "labels"}
 	resourceKeys = []string{"cpus", "gpus", "memory", "gpu_indices", "exclusive", "target_worker"}
 )
 
@@ -110,6 +113,13 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*File, error) {
 			job.Daemon, err = p.boolean(k, v)
 		case "restartable":
 			job.Restartable, err = p.boolean(k, v)
+		case "max_wait":
+			job.MaxWait, err = p.str(k, v)
+			if err == nil {
+				if d, perr := time.ParseDuration(*job.MaxWait); perr != nil || d < time.Second {
+					err = fmt.Errorf("max_wait: want a duration of 1s or more such as 30m, got %q", *job.MaxWait)
+				}
+			}
 		case "env":
 			job.Env, err = p.strMap(k, v)
 		case "labels":

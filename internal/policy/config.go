@@ -38,6 +38,12 @@ type Config struct {
 	ScaleInDatapoints int
 	// MetricPeriod is the interval between two datapoints (default 1m).
 	MetricPeriod time.Duration
+	// InstanceWarmup is ECS's instance warm-up period (seed 002's
+	// instanceWarmupPeriod): a node that joined less than this long ago is
+	// held out of target-tracking's metric (M and N) while it warms, still
+	// counts as capacity a scale-out has bought, and holds scale-in until
+	// it has warmed. 0 (the default here; ECS's is 300s) turns it off.
+	InstanceWarmup time.Duration
 
 	// MinUtilization is the minimum GPU utilization in percent, 1..100 (default 80).
 	MinUtilization int
@@ -103,7 +109,7 @@ func (c *Config) Validate() error {
 	setInt(&c.MinUtilization, 80)
 	for name, d := range map[string]time.Duration{"cooldown": c.Cooldown, "idle_timeout": c.IdleTimeout,
 		"metric_period": c.MetricPeriod, "scale_down_delay": c.ScaleDownDelay, "batch_window": c.BatchWindow,
-		"consolidate_after": c.ConsolidateAfter} {
+		"consolidate_after": c.ConsolidateAfter, "instance_warmup": c.InstanceWarmup} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %v", name, d))
 		}

@@ -194,7 +194,13 @@ func (p *limited) held(in *Input) Held {
 // crosses says which limit one more node of res and cost would cross, in
 // words with the figures ("" when none).
 func (p *limited) crosses(h Held, res capacity.Resources, cost float64) string {
-	l := &p.cfg.Limits
+	return p.cfg.Limits.Crosses(h, res, cost)
+}
+
+// Crosses says which limit one more node of res and price cost per hour
+// would cross for a pool that holds h, in words with the figures ("" when
+// none). Routing asks it to overflow a pool at its limit.
+func (l Limits) Crosses(h Held, res capacity.Resources, cost float64) string {
 	after := h.Resources.Add(res)
 	switch {
 	case l.MilliCPU != nil && after.MilliCPU > *l.MilliCPU:

@@ -197,6 +197,9 @@ type TargetTrackingFigures struct {
 	// Method says how M was computed: "no-provisioning", "single-type",
 	// "multi-type" or "min-step-fallback".
 	Method string `json:"method"`
+	// Warming counts the nodes held out of M and N by the instance
+	// warm-up (Config.InstanceWarmup).
+	Warming int `json:"warming,omitempty"`
 }
 
 // UtilizationFigures are the NodeProvisioner figures behind a utilization decision.

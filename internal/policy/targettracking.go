@@ -257,10 +257,32 @@ func (r ttMetric) cmpTarget(t int) int { return cmp.Compare(r.num, int64(t)*r.de
 // far above any pool's max, which the caller clamps).
 func (r ttMetric) desired(t int) int { return validate.CeilDiv(int(r.num), t) }
 
+// belowWarming is Decide's case of a metric below target while a node
+// warms up: AWS target tracking does not scale in while instances warm.
+const belowWarming = -2
+
 // Decide evaluates one datapoint.
 func (p *targetTrackingPolicy) Decide(in Input) Decision {
 	cfg := &p.cfg
 	pr := &in.Pressure
+	// Instance warm-up (ECS's instanceWarmupPeriod): a node that joined
+	// less than InstanceWarmup ago contributes nothing to the metric.
+	warming := 0
+	if cfg.InstanceWarmup > 0 {
+		var warmed []capacity.Node
+		for i := range pr.Nodes {
+			if j := pr.Nodes[i].JoinedAt; !j.IsZero() && in.Now.Before(j.Add(cfg.InstanceWarmup)) {
+				warming++
+				continue
+			}
+			warmed = append(warmed, pr.Nodes[i])
+		}
+		if warming > 0 {
+			cp := *pr
+			cp.Nodes = warmed
+			pr = &cp
+		}
+	}
 	n := len(pr.Nodes)
 	est := p.estimate(pr, n)
 	metric := ttReservation(est.m, n)
@@ -273,13 +295,23 @@ func (p *targetTrackingPolicy) Decide(in Input) Decision {
 
 	desired := cur
 	var reason Reason
-	switch metric.cmpTarget(t) {
+	side := metric.cmpTarget(t)
+	if side < 0 && warming > 0 {
+		side = belowWarming
+	}
+	switch side {
 	case 1: // above target: scale out at once
 		st.LowDatapoints = 0
 		if due {
 			st.LastDatapoint = in.Now
 		}
 		want := metric.desired(t)
+		if warming > 0 {
+			// The warming nodes are capacity already bought: the
+			// warmed nodes' need, plus them (the scale-from-zero rule
+			// is for a pool with no node at all).
+			want = validate.Add(validate.CeilDiv(validate.Mul(100, est.m), t), warming)
+		}
 		switch {
 		case want > cur && !unfit:
 			desired = want
@@ -302,6 +334,12 @@ func (p *targetTrackingPolicy) Decide(in Input) Decision {
 		} else {
 			reason = NewReason(CodeSteady, "capacity provider reservation %d%% is at target %d%% (M=%d); %d pending instances fit no offering", pct, t64, m64, u64)
 		}
+	case belowWarming: // below target with a node warming up: no low datapoint, no scale-in
+		st.LowDatapoints = 0
+		if due {
+			st.LastDatapoint = in.Now
+		}
+		reason = NewReason(CodeSteady, "capacity provider reservation %d%% is below target %d%%; %d nodes warming up hold scale-in (instance_warmup)", pct, t64, int64(warming))
 	default: // below target: scale in after enough consecutive datapoints
 		if due {
 			st.LowDatapoints++
@@ -357,7 +395,7 @@ func (p *targetTrackingPolicy) Decide(in Input) Decision {
 		Reason:  reason,
 		TargetTracking: &TargetTrackingFigures{
 			M: est.m, N: n, Reservation: metric.float(), Target: t,
-			LowDatapoints: st.LowDatapoints, Method: est.method,
+			LowDatapoints: st.LowDatapoints, Method: est.method, Warming: warming,
 		},
 		State: st,
 	}

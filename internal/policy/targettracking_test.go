@@ -482,3 +482,77 @@ func TestTTGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetTrackingInstanceWarmup is ECS's instance warm-up period: a
+// node that joined less than instance_warmup ago is held out of M and N;
+// it still counts as capacity a scale-out already bought, and no low
+// datapoint is counted (no scale-in) while it warms. A node past its
+// warm-up, one whose join time is unknown, or a pool without warm-up
+// counts as before.
+func TestTargetTrackingInstanceWarmup(t *testing.T) {
+	warm := func(c *Config) { c.InstanceWarmup = 5 * time.Minute }
+	joined := func(nodes []capacity.Node, ago ...time.Duration) []capacity.Node {
+		for i, a := range ago {
+			if a >= 0 {
+				nodes[i].JoinedAt = ttT0.Add(-a)
+			}
+		}
+		return nodes
+	}
+	const unknown = -1
+	elastic := capacity.Elastic(0, 100)
+	for _, c := range []struct {
+		name     string
+		cfg      Config
+		desired  int
+		nodes    []capacity.Node
+		pending  int
+		wantM    int
+		wantN    int
+		wantWarm int
+		want     int
+		wantLow  int
+		wantText string
+	}{
+		{"no warm-up: a fresh empty node lowers the metric and counts a low datapoint",
+			ttConfig(t, elastic, 100, []capacity.Offering{ttM5}), 3, joined(ttNodes(2, 2, 0), time.Hour, time.Hour, time.Minute), 0,
+			2, 3, 0, 3, 1, "66% is below target 100%: 1 of 15 low datapoints"},
+		{"a fresh empty node warming is held out: M = N = 2, at target",
+			ttConfig(t, elastic, 100, []capacity.Offering{ttM5}, warm), 3, joined(ttNodes(2, 2, 0), time.Hour, time.Hour, time.Minute), 0,
+			2, 2, 1, 3, 0, "100% is at target"},
+		{"past its warm-up it counts again",
+			ttConfig(t, elastic, 100, []capacity.Offering{ttM5}, warm), 3, joined(ttNodes(2, 2, 0), time.Hour, time.Hour, 5*time.Minute), 0,
+			2, 3, 0, 3, 1, "1 of 15 low datapoints"},
+		{"a join time unknown counts as warmed",
+			ttConfig(t, elastic, 100, []capacity.Offering{ttM5}, warm), 3, joined(ttNodes(2, 2, 0), time.Hour, time.Hour, unknown), 0,
+			2, 3, 0, 3, 1, "1 of 15 low datapoints"},
+		{"below target while a node warms: no low datapoint, no scale-in",
+			ttConfig(t, elastic, 100, []capacity.Offering{ttM5}, warm), 4, joined(ttNodes(2, 0, 0, 1), time.Hour, time.Hour, time.Hour, time.Minute), 0,
+			1, 3, 1, 4, 0, "1 node warming up hold scale-in"},
+		{"scale-out counts the warming node as bought: 2 warmed busy + 1 warming, 5 more tasks",
+			ttConfig(t, elastic, 100, []capacity.Offering{ttM5}, warm), 3, joined(ttNodes(4, 4, 0), time.Hour, time.Hour, time.Minute), 5,
+			4, 2, 1, 5, 0, "above target"},
+		{"every node warming, work pending: the need plus the warming, no scale-from-zero rule",
+			ttConfig(t, elastic, 100, []capacity.Offering{ttM5}, warm), 2, joined(ttNodes(0, 0), time.Minute, time.Minute), 12,
+			3, 0, 2, 5, 0, "above target"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pol, err := New(c.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr := capacity.Pressure{Nodes: c.nodes}
+			if c.pending > 0 {
+				pr.Pending = ttPending(c.pending)
+			}
+			d := pol.Decide(Input{Now: ttT0, Desired: c.desired, Pressure: pr})
+			f := d.TargetTracking
+			if f.M != c.wantM || f.N != c.wantN || f.Warming != c.wantWarm || d.Desired != c.want ||
+				d.State.LowDatapoints != c.wantLow || !strings.Contains(d.Reason.String(), c.wantText) {
+				t.Errorf("M=%d N=%d warming=%d desired=%d low=%d (%s), want M=%d N=%d warming=%d desired=%d low=%d (%q)",
+					f.M, f.N, f.Warming, d.Desired, d.State.LowDatapoints, d.Reason, c.wantM, c.wantN, c.wantWarm, c.want,
+					c.wantLow, c.wantText)
+			}
+		})
+	}
+}

@@ -50,6 +50,8 @@ type Worker struct {
 	Cordoned bool
 	// Offline workers are left out of the pressure report.
 	Offline bool
+	// JoinedAt is when the worker registered (capacity.Node.JoinedAt).
+	JoinedAt time.Time
 }
 
 // Instance is a pending or placed instance.
@@ -257,7 +259,7 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 				continue
 			}
 			pr.Nodes = append(pr.Nodes, capacity.Node{ID: n.w.Name, Ordinal: n.w.Ordinal,
-				Resources: n.w.Capacity.Clone(), Running: n.running})
+				Resources: n.w.Capacity.Clone(), Running: n.running, JoinedAt: n.w.JoinedAt})
 		}
 		res.Pressure[pool] = pr
 	}

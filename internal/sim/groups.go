@@ -217,7 +217,7 @@ func (e *engine) join(m *provider.Machine) {
 		return
 	}
 	res := e.offs[m.Offering].Resources
-	n := &node{machine: m.ID, ordinal: ord, offering: m.Offering, capacity: res.Clone(), idleSince: e.now, idlePos: -1}
+	n := &node{machine: m.ID, ordinal: ord, offering: m.Offering, capacity: res.Clone(), idleSince: e.now, joinedAt: e.now, idlePos: -1}
 	if old := e.node(ord); old != nil {
 		e.leave(old, true)
 	}
@@ -581,7 +581,7 @@ func (e *engine) reportNode(n *node) capacity.Node {
 		}
 		n.stale = false
 	}
-	cn := capacity.Node{ID: n.machine, Ordinal: n.ordinal, Resources: n.capacity, Running: n.running}
+	cn := capacity.Node{ID: n.machine, Ordinal: n.ordinal, Resources: n.capacity, Running: n.running, JoinedAt: n.joinedAt}
 	if !n.busy() {
 		cn.IdleSince = n.idleSince
 	}

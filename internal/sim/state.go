@@ -92,6 +92,8 @@ type node struct {
 	// idleSince is when the node last became empty (its join time when
 	// it never ran anything).
 	idleSince time.Time
+	// joinedAt is when the node joined (capacity.Node.JoinedAt).
+	joinedAt time.Time
 	// ctlJoined: the controller reported the node joined to its
 	// reconciler, so busy reports about it count; told is the busy state
 	// last reported.

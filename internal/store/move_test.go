@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestRestartableColumnMigrates opens a database made by a build that knew
@@ -11,7 +12,8 @@ import (
 // not restartable, and new rows keep the flag.
 func TestRestartableColumnMigrates(t *testing.T) {
 	s := reopenAfter(t, `ALTER TABLE instances DROP COLUMN restartable`,
-		`ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`, `PRAGMA user_version = 4`)
+		`ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`,
+		`ALTER TABLE instances DROP COLUMN max_wait_ns`, `PRAGMA user_version = 4`)
 	if in := mustGet(t, s, "old"); in.Restartable {
 		t.Fatal("a row from schema 4 reads as restartable")
 	}
@@ -28,7 +30,7 @@ func TestRestartableColumnMigrates(t *testing.T) {
 // as not held, and a hold set later reads back.
 func TestNotBeforeColumnsMigrate(t *testing.T) {
 	s := reopenAfter(t, `ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`,
-		`PRAGMA user_version = 6`)
+		`ALTER TABLE instances DROP COLUMN max_wait_ns`, `PRAGMA user_version = 6`)
 	if in := mustGet(t, s, "old"); !in.NotBefore.IsZero() || in.HeldBy != "" {
 		t.Fatalf("a row from schema 6 reads as held: %v by %q", in.NotBefore, in.HeldBy)
 	}
@@ -37,6 +39,22 @@ func TestNotBeforeColumnsMigrate(t *testing.T) {
 	}
 	if in := mustGet(t, s, "old"); in.NotBefore.UnixNano() != 7 || in.HeldBy != "w" {
 		t.Fatalf("hold not read back: %v by %q", in.NotBefore, in.HeldBy)
+	}
+}
+
+// TestMaxWaitColumnMigrates opens a database made by a build that knew
+// seven migrations: the eighth adds max_wait_ns; old rows read as having
+// no max_wait of their own, and a new row keeps its own.
+func TestMaxWaitColumnMigrates(t *testing.T) {
+	s := reopenAfter(t, `ALTER TABLE instances DROP COLUMN max_wait_ns`, `PRAGMA user_version = 7`)
+	if in := mustGet(t, s, "old"); in.MaxWait != 0 {
+		t.Fatalf("a row from schema 7 reads with max_wait %v", in.MaxWait)
+	}
+	a := newInst("a")
+	a.MaxWait = 90 * time.Second
+	mustInsert(t, s, a)
+	if got := mustGet(t, s, "a").MaxWait; got != 90*time.Second {
+		t.Fatalf("max_wait read back as %v, want 1m30s", got)
 	}
 }
 

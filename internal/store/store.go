@@ -234,6 +234,8 @@ CREATE INDEX instance_allocations_worker ON instance_allocations(worker_id);
 	// (Instance.NotBefore, Instance.HeldBy; issue 16).
 	`ALTER TABLE instances ADD COLUMN not_before INTEGER;
 ALTER TABLE instances ADD COLUMN held_by TEXT NOT NULL DEFAULT '';`,
+	// 8: an instance's own max_wait (Instance.MaxWait; issue 35).
+	`ALTER TABLE instances ADD COLUMN max_wait_ns INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // SchemaVersion is the number of migrations this build knows.

@@ -132,6 +132,10 @@ type Instance struct {
 	// (and HeldBy "") when nothing holds it; an assignment clears both.
 	NotBefore time.Time
 	HeldBy    string
+	// MaxWait is the instance's own max_wait: how long it may wait
+	// (PENDING, since QueuedAt) before the head fails it for want of
+	// capacity. Zero: its pool's max_wait, if any, applies.
+	MaxWait time.Duration
 
 	CreatedAt         time.Time
 	QueuedAt          time.Time

@@ -16,6 +16,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -47,6 +48,8 @@ const (
 	// MaxCommandBytes bounds the command (Linux refuses one argv string
 	// past MAX_ARG_STRLEN, 128 KiB; the worker passes it to sh -c).
 	MaxCommandBytes = 128 << 10
+	// MaxWaitLimit is the longest max_wait one instance may ask for.
+	MaxWaitLimit = 30 * 24 * time.Hour
 )
 
 // Defaults of a submit that leaves a field out.
@@ -148,6 +151,10 @@ type Request struct {
 	// Restartable lets consolidation stop the instance and start it again
 	// on another node (default false: it is never moved).
 	Restartable *bool `json:"restartable,omitempty"`
+	// MaxWait is how long the instance may wait for capacity before it
+	// ends FAILED, as a duration such as "30m" (1s to MaxWaitLimit); nil
+	// leaves it to its pool's max_wait (none by default).
+	MaxWait *string `json:"max_wait,omitempty"`
 }
 
 // Error is a refused submit: the HTTP status (400) and the detail the API
@@ -201,6 +208,9 @@ type Spec struct {
 	Exclusive   bool
 	Daemon      bool
 	Restartable bool
+	// MaxWait is 0 (the pool's max_wait applies) or between 1s and
+	// MaxWaitLimit.
+	MaxWait time.Duration
 }
 
 // Check validates a submit request and returns it normalized. It runs
@@ -315,6 +325,13 @@ func Check(req *Request) (*Spec, error) {
 	}
 	s.Daemon = req.Daemon != nil && *req.Daemon
 	s.Restartable = req.Restartable != nil && *req.Restartable
+	if req.MaxWait != nil {
+		d, err := time.ParseDuration(*req.MaxWait)
+		if err != nil || d < time.Second || d > MaxWaitLimit {
+			return nil, bad("max_wait must be a duration from 1s to %s such as 30m, got %q", MaxWaitLimit, *req.MaxWait)
+		}
+		s.MaxWait = d
+	}
 	return s, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tide-project/tide/internal/capacity"
@@ -48,6 +49,9 @@ var refusals = []struct{ body, want string }{
 	{`{"command":"x","venv":"v"}`, `venv must be an absolute path, got "v"`},
 	{`{"command":"x","venv":"/a/../b"}`, `venv must not contain '..', got "/a/../b"`},
 	{`{"command":"x","replicas":0}`, "replicas must be between 1 and 1000, got 0"},
+	{`{"command":"x","max_wait":"soon"}`, `max_wait must be a duration from 1s to 720h0m0s such as 30m, got "soon"`},
+	{`{"command":"x","max_wait":"500ms"}`, `max_wait must be a duration`},
+	{`{"command":"x","max_wait":"721h"}`, `max_wait must be a duration`},
 	{`{"command":"x","restart_policy":"sometimes"}`, `restart_policy must be never, on-failure or always, got "sometimes"`},
 	{`{"command":"x","max_restarts":10001}`, "max_restarts must be between 0 and 10000, got 10001"},
 	{`{"command":"x","name":"a/b"}`, `name "a/b" must not contain '/', '?', '#', '%' or surrounding spaces`},
@@ -85,6 +89,19 @@ func manyBody(n int, env bool) string {
 
 // TestCheckCounts: the number of labels and env variables is bounded, at
 // the bound accepted and one past it refused naming the field.
+// TestCheckMaxWait: a max_wait given is kept; none leaves it to the pool.
+func TestCheckMaxWait(t *testing.T) {
+	for body, want := range map[string]time.Duration{`{"command":"x","max_wait":"30m"}`: 30 * time.Minute,
+		`{"command":"x"}`: 0, `{"command":"x","max_wait":"1s"}`: time.Second} {
+		s, err := Parse([]byte(body))
+		if err != nil {
+			t.Errorf("%s: refused: %v", body, err)
+		} else if s.MaxWait != want {
+			t.Errorf("%s: max_wait %v, want %v", body, s.MaxWait, want)
+		}
+	}
+}
+
 func TestCheckCounts(t *testing.T) {
 	for _, c := range []struct {
 		n    int

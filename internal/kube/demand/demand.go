@@ -4,17 +4,21 @@
 // reconciler decide.
 //
 // An unschedulable pod (PodScheduled=False, reason Unschedulable) is demand of
-// the first pool, in name order, whose nodes it could run on: the pool's node
-// labels satisfy its node selector and required node affinity, it tolerates
-// the pool's NoSchedule and NoExecute taints, and its requests (CPU, memory,
-// nvidia.com/gpu and extended resources) fit one of the pool's offerings. A
-// pod that fits no pool is reported with the reason of each pool.
+// a pool whose nodes it could run on: the pool's node labels satisfy its node
+// selector and required node affinity, it tolerates the pool's NoSchedule and
+// NoExecute taints, and its requests (CPU, memory, nvidia.com/gpu and extended
+// resources) fit one of the pool's offerings. Among those, it goes where tide
+// head routes an instance (internal/routing): the heaviest pool, then the one
+// whose cheapest fitting offering costs least, then name order; a pool at its
+// max or whose next node would cross one of its limits overflows to the next.
+// A pod that fits no pool is reported with the reason of each pool.
 //
 // The package is pure: no I/O, no clock (time comes as an argument).
 package demand
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,6 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/policy"
+	"github.com/tide-project/tide/internal/routing"
 )
 
 // GPUResource is the extended resource name of NVIDIA GPUs; it maps to
@@ -66,6 +72,16 @@ type Pool struct {
 	Taints []Taint
 	// Offerings bound what one pod may request; with none, fit is not checked.
 	Offerings []capacity.Offering
+	// Weight prefers the pool among those that fit a pod (higher first).
+	Weight int
+	// Limits are the pool's limits and Held what its machines hold now:
+	// a pod no Node of the pool has room for goes elsewhere when one more
+	// node for it (and for the pods counted before it) would cross one.
+	Limits policy.Limits
+	Held   policy.Held
+	// Short, when set, says why the pool takes no more demand now (at its
+	// max with pods waiting); the pod overflows to the next pool.
+	Short string
 }
 
 // Unmatched is an unschedulable pod no pool can serve, and why.
@@ -335,11 +351,12 @@ func Ordinal(node *corev1.Node) int {
 // Nodes belong to the pool named by their PoolLabel; pods bound to
 // a node and not finished are its Running instances (daemons marked);
 // unschedulable pods become the Pending demand of the first pool that
-// matches them, unless they fit in the room left on one of its schedulable,
-// unmarked Nodes (first fit, in pod order): the scheduler will place those
+// serves them (choose: weight, cost, limits), unless they fit in the room
+// left on a schedulable, unmarked Node of a pool that matches them (first
+// fit, pools in name order, pods in order): the scheduler will place those
 // on its next try, so they count as running there (the Node is not empty)
-// rather than as demand, which would launch Nodes twice. Pools are tried in
-// name order; the result is deterministic.
+// rather than as demand, which would launch Nodes twice. The result is
+// deterministic.
 func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 	ps := make([]*Pool, len(pools))
 	for i := range pools {
@@ -357,7 +374,8 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 		if _, ok := rep.Pressure[pool]; !ok {
 			continue
 		}
-		cn := &capacity.Node{ID: n.Name, Ordinal: Ordinal(n), Resources: Resources(n.Status.Allocatable), MarkedAt: Mark(n)}
+		cn := &capacity.Node{ID: n.Name, Ordinal: Ordinal(n), Resources: Resources(n.Status.Allocatable), MarkedAt: Mark(n),
+			JoinedAt: n.CreationTimestamp.Time}
 		index[n.Name] = cn
 		byPool[pool] = append(byPool[pool], cn)
 	}
@@ -383,23 +401,33 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 		}
 		room[pool] = append(room[pool], &roomy{node: cn, free: cn.Resources.Sub(cn.Allocated())})
 	}
+	counted := map[string]capacity.Resources{} // demand counted per pool so far
 	for _, pod := range pods {
 		if !Unschedulable(pod) {
 			continue
 		}
 		var why []string
-		matched := false
+		var fit []*Pool
 		for _, p := range ps {
 			ok, reason := Match(p, pod)
 			if !ok {
 				why = append(why, fmt.Sprintf("pool %s: %s", p.Name, reason))
 				continue
 			}
-			matched = true
-			req := Requests(pod)
+			fit = append(fit, p)
+		}
+		matched := len(fit) > 0
+		req := Requests(pod)
+		placed := false
+		for _, p := range fit {
 			if place(room[p.Name], req) {
-				break // about to be scheduled on a Node of the pool
+				placed = true // about to be scheduled on a Node of the pool
+				break
 			}
+		}
+		if matched && !placed {
+			p := choose(fit, req, counted)
+			counted[p.Name] = counted[p.Name].Add(req)
 			if pending[p.Name] == nil {
 				pending[p.Name] = map[string]*capacity.Pending{}
 			}
@@ -409,7 +437,6 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 			}
 			pending[p.Name][key].Count++
 			rep.Pods[p.Name] = append(rep.Pods[p.Name], pod.Namespace+"/"+pod.Name)
-			break
 		}
 		if !matched {
 			if len(ps) == 0 {
@@ -446,6 +473,47 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 	})
 	return rep
+}
+
+// choose is the pool of fit (in name order, none empty) an unschedulable pod
+// with requests req is counted against: routing.Route's choice among them
+// (weight, then cost, a pool with a shortfall overflowing), a pool being
+// short when it says so (Pool.Short) or when one more node of a fitting
+// offering, over what it holds and the demand counted on it before, would
+// cross a limit. Pools without offerings are chosen only when no pool with
+// offerings fits: the first of them.
+func choose(fit []*Pool, req capacity.Resources, counted map[string]capacity.Resources) *Pool {
+	byName := map[string]*Pool{}
+	rps := make([]routing.Pool, len(fit))
+	for i, p := range fit {
+		byName[p.Name] = p
+		rps[i] = routing.Pool{Name: p.Name, Weight: p.Weight, Offerings: p.Offerings}
+	}
+	short := func(name string, fits []string) string {
+		p := byName[name]
+		if p.Short != "" {
+			return p.Short
+		}
+		if p.Limits.IsZero() {
+			return ""
+		}
+		h := p.Held
+		h.Resources = h.Resources.Add(counted[name])
+		why := ""
+		for _, o := range p.Offerings {
+			if !slices.Contains(fits, o.Name()) {
+				continue
+			}
+			if why = p.Limits.Crosses(h, o.Resources, o.PricePerHour); why == "" {
+				return ""
+			}
+		}
+		return "at a limit: " + why
+	}
+	if d := routing.Route(rps, short, nil, req); d.Pool != "" {
+		return byName[d.Pool]
+	}
+	return fit[0]
 }
 
 // roomy is a Node's room left for waiting pods.

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/policy"
 )
 
 func rl(kv ...string) corev1.ResourceList {
@@ -279,5 +280,60 @@ func TestComputeRoom(t *testing.T) {
 	}
 	if len(g.Nodes[0].Running) != 4 || g.Nodes[0].Free().GPUs != 0 || g.Nodes[1].Busy() {
 		t.Fatalf("nodes %+v", g.Nodes)
+	}
+}
+
+// TestComputeRoutesToTheCheapestPool (issue 35): an unschedulable pod that
+// two NodePools fit is the demand of the cheaper one (before: the first in
+// name order), of the heavier one with a weight, and overflows to the next
+// when the chosen one's next node would cross its limits (counting the
+// pods already counted on it in the pass) or it says it is short.
+func TestComputeRoutesToTheCheapestPool(t *testing.T) {
+	c4 := capacity.Resources{MilliCPU: 4000, Memory: 16 << 30}
+	offer := func(price float64) []capacity.Offering {
+		return []capacity.Offering{{Type: "c4", Resources: c4, PricePerHour: price}}
+	}
+	od := Pool{Name: "a-od", Labels: map[string]string{PoolLabel: "a-od"}, Offerings: offer(0.40)}
+	spot := Pool{Name: "b-spot", Labels: map[string]string{PoolLabel: "b-spot"}, Offerings: offer(0.10)}
+	three := []*corev1.Pod{pod("p1", rl("cpu", "3")), pod("p2", rl("cpu", "3")), pod("p3", rl("cpu", "3"))}
+	eight := int64(8000)
+	limited := spot
+	limited.Limits = policy.Limits{MilliCPU: &eight}
+	heldOne := limited
+	heldOne.Held = policy.Held{Nodes: 1, Resources: c4}
+	heavy := od
+	heavy.Weight = 10
+	shortSpot := spot
+	shortSpot.Short = "at its max of 2 nodes with 4 queued"
+	for _, c := range []struct {
+		name  string
+		pools []Pool
+		want  map[string]int
+	}{
+		{"the cheaper, second in name order", []Pool{od, spot}, map[string]int{"b-spot": 3}},
+		{"the heavier beats the cheaper", []Pool{heavy, spot}, map[string]int{"a-od": 3}},
+		{"limits.cpu 8 takes two 4-CPU nodes' worth, the third overflows", []Pool{od, limited}, map[string]int{"b-spot": 2, "a-od": 1}},
+		{"a held node counts against the limit", []Pool{od, heldOne}, map[string]int{"b-spot": 1, "a-od": 2}},
+		{"a pool short of room overflows", []Pool{od, shortSpot}, map[string]int{"a-od": 3}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rep := Compute(c.pools, nil, three)
+			got := map[string]int{}
+			for name, pr := range rep.Pressure {
+				if q := pr.Queued(); q > 0 {
+					got[name] = q
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("demand %v, want %v", got, c.want)
+			}
+		})
+	}
+	// Room on a Node of the dearer pool: the pod is placed there, not demand.
+	nodes := []*corev1.Node{node("a-od-0", "a-od", 0, rl("cpu", "4", "memory", "16Gi"))}
+	rep := Compute([]Pool{od, spot}, nodes, three[:1])
+	sp, o := rep.Pressure["b-spot"], rep.Pressure["a-od"]
+	if sp.Queued() != 0 || o.Inflight() != 1 {
+		t.Errorf("with room on a-od-0: %+v", rep.Pressure)
 	}
 }

@@ -65,5 +65,6 @@ func Parse(name string, spec []byte) (Pool, error) {
 
 // Demand returns the view of the pool that demand matching needs.
 func (p Pool) Demand() demand.Pool {
-	return demand.Pool{Name: p.Config.Name, Labels: p.Labels, Taints: p.Taints, Offerings: p.Config.Offerings}
+	return demand.Pool{Name: p.Config.Name, Labels: p.Labels, Taints: p.Taints, Offerings: p.Config.Offerings,
+		Weight: p.Config.Weight, Limits: p.Config.Limits.Limits}
 }

@@ -320,7 +320,17 @@ func (o *Operator) Pass(ctx context.Context) error {
 	var pools []demand.Pool
 	for _, name := range names {
 		if r := o.runners[name]; r.err == nil && !r.deleting {
-			pools = append(pools, r.pool.Demand())
+			dp := r.pool.Demand()
+			if r.ctl != nil {
+				dp.Held = r.ctl.Held()
+			}
+			if r.auto != nil {
+				st, max := r.auto.Status(), r.pool.Config.Nodes.Max
+				if max > 0 && st.Desired >= max && st.Queued > 0 {
+					dp.Short = fmt.Sprintf("at its max of %d nodes with %d queued", max, st.Queued)
+				}
+			}
+			pools = append(pools, dp)
 		}
 	}
 	nodes := make([]*corev1.Node, len(nl.Items))

@@ -171,11 +171,12 @@ func testInsertGetAndDuplicateName(t *testing.T, open Opener) {
 	in.RequestedGPUIndices = []int{1, 0}
 	in.RestartPolicy = store.RestartOnFailure
 	in.MaxRestarts = 2
+	in.MaxWait = 30 * time.Minute
 	mustInsert(t, s, in)
 	got := mustGet(t, s, "a")
 	if got.Status != store.StatusPending || got.Attempt != 0 || got.Labels["team"] != "x" || got.Env["K"] != "V" ||
 		!slices.Equal(got.RequestedGPUIndices, []int{1, 0}) || got.RestartPolicy != store.RestartOnFailure ||
-		got.MaxRestarts != 2 || !got.CreatedAt.Equal(t0) || !got.Exclusive || got.Requests.MilliCPU != 1000 {
+		got.MaxRestarts != 2 || got.MaxWait != 30*time.Minute || !got.CreatedAt.Equal(t0) || !got.Exclusive || got.Requests.MilliCPU != 1000 {
 		t.Fatalf("round trip mismatch: %+v", got)
 	}
 	if byName, err := s.GetInstanceByName(context.Background(), "n-a"); err != nil || byName.ID != "a" {
