@@ -546,7 +546,8 @@ func (s *Store) SchedulingState(ctx context.Context) (*store.SchedulingState, er
 		si := store.SchedInstance{ID: in.ID, Status: in.Status, Attempt: in.Attempt, Worker: in.AssignedWorker,
 			Pool: in.Pool, Requests: in.Requests, Exclusive: in.Exclusive, Daemon: in.Daemon,
 			TargetWorker: in.TargetWorker, RequestedGPUIndices: in.RequestedGPUIndices, QueuedAt: in.QueuedAt,
-			NotBefore: in.NotBefore, HeldBy: in.HeldBy}
+			NotBefore: in.NotBefore, HeldBy: in.HeldBy, Priority: in.Priority, Restartable: in.Restartable, GangID: in.GangID,
+			GangSize: in.GangSize, GangRank: in.GangRank, GangMaxWait: in.GangMaxWait}
 		if pending {
 			st.Pending = append(st.Pending, si)
 		} else {

@@ -131,6 +131,14 @@ func (h *Head) Submit(ctx context.Context, req *httpapi.SubmitRequest) ([]string
 		if target != nil {
 			ins[i].TargetWorker = target.ID
 		}
+		ins[i].Priority = spec.Priority
+		if g := spec.Gang; g != nil {
+			ins[i].GangID, ins[i].GangName, ins[i].GangSize, ins[i].GangRank = ids[0], g.Name, g.Size, i
+			if g.Name == "" {
+				ins[i].GangName = ids[0]
+			}
+			ins[i].GangMaxWait = g.MaxWait
+		}
 	}
 	if err := h.inserts.insert(ctx, ins, now); err != nil {
 		return nil, err

@@ -298,7 +298,8 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 			}
 			out[i] = scheduler.Instance{ID: s.ID, Attempt: s.Attempt, Pool: s.Pool, Requests: s.Requests,
 				Exclusive: s.Exclusive, Daemon: s.Daemon, TargetWorker: s.TargetWorker, GPUIndices: gpus,
-				Worker: s.Worker, QueuedAt: s.QueuedAt}
+				Worker: s.Worker, QueuedAt: s.QueuedAt, Priority: s.Priority, Restartable: s.Restartable,
+				Gang: s.GangID, GangSize: s.GangSize, GangRank: s.GangRank}
 			if s.Status == store.StatusPending {
 				out[i].NotBefore = s.NotBefore
 				out[i].Held = heldReason(s.NotBefore, s.HeldBy, s.Attempt, now)

@@ -31,6 +31,9 @@ import (
 //	pool = "gpu"                       # tide
 //	daemon = false                     # tide
 //	restartable = false                # tide: consolidation may move it (losing its attempt's work)
+//	priority = 10                      # tide: higher is placed, bought for and kept first
+//	gang = true                        # tide: the replicas start together or not at all, or:
+//	[gang]                             #   name = "train", size = 4 (= replicas), max_wait = "30m"
 //	[resources]
 //	cpus = 4                           # cores: 4, 0.5 or "500m"
 //	gpus = 1                           # or gpu_indices, not both
@@ -52,6 +55,11 @@ type File struct {
 	Pool          *string
 	Daemon        *bool
 	Restartable   *bool
+	// Priority is the instances' priority (tide).
+	Priority *int
+	// Gang makes the replicas a gang (tide): set by `gang = true` (empty
+	// fields) or a [gang] table.
+	Gang *Gang
 	CPUCores      *float64
 	GPUs          *int64
 	MemoryMB      *int64
@@ -63,7 +71,8 @@ type File struct {
 }
 
 var (
-	topKeys      = []string{"command", "name", "venv", "replicas", "restart_policy", "max_restarts", "pool", "daemon", "restartable", "resources", "env", "labels"}
+	topKeys      = []string{"command", "name", "venv", "replicas", "restart_policy", "max_restarts", "pool", "daemon", "restartable", "priority", "gang", "resources", "env", "labels"}
+	gangKeys     = []string{"name", "size", "max_wait"}
 	resourceKeys = []string{"cpus", "gpus", "memory", "gpu_indices", "exclusive", "target_worker"}
 )
 
@@ -110,6 +119,10 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*File, error) {
 			job.Daemon, err = p.boolean(k, v)
 		case "restartable":
 			job.Restartable, err = p.boolean(k, v)
+		case "priority":
+			job.Priority, err = p.smallInt(k, v, -1_000_000_000, 1_000_000_000)
+		case "gang":
+			job.Gang, err = p.gang(v)
 		case "env":
 			job.Env, err = p.strMap(k, v)
 		case "labels":
@@ -367,4 +380,49 @@ func ShellJoin(args []string) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// Gang is a job file's gang: empty fields are left to the defaults (the
+// job's name, its replicas, no max wait).
+type Gang struct {
+	Name    string
+	Size    int
+	MaxWait string
+}
+
+// gang accepts true, false (no gang) or a table of gangKeys.
+func (p jobParser) gang(v any) (*Gang, error) {
+	switch g := v.(type) {
+	case bool:
+		if !g {
+			return nil, nil
+		}
+		return &Gang{}, nil
+	case map[string]any:
+		out := &Gang{}
+		for _, k := range slices.Sorted(maps.Keys(g)) {
+			switch k {
+			case "name", "max_wait":
+				s, err := p.str("gang."+k, g[k])
+				if err != nil {
+					return nil, err
+				}
+				if k == "name" {
+					out.Name = *s
+				} else {
+					out.MaxWait = *s
+				}
+			case "size":
+				n, err := p.smallInt("gang.size", g[k], 1, 1000)
+				if err != nil {
+					return nil, err
+				}
+				out.Size = *n
+			default:
+				return nil, fmt.Errorf("gang: unknown key %q (known: %s)", k, strings.Join(gangKeys, ", "))
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("gang: want true or a table, got %s", typeName(v))
 }

@@ -132,6 +132,19 @@ type Instance struct {
 	// (and HeldBy "") when nothing holds it; an assignment clears both.
 	NotBefore time.Time
 	HeldBy    string
+	// Priority orders placement and purchases: higher first (0 default).
+	Priority int
+	// GangID is set on the instances of a gang, which are placed all at
+	// once or not at all: the id of the gang's rank-0 instance. GangName is
+	// the gang's name as submitted, GangSize its number of instances,
+	// GangRank this instance's rank (0..GangSize-1) and GangMaxWait how
+	// long the gang may wait for placement before it fails whole (zero: no
+	// limit).
+	GangID      string
+	GangName    string
+	GangSize    int
+	GangRank    int
+	GangMaxWait time.Duration
 
 	CreatedAt         time.Time
 	QueuedAt          time.Time

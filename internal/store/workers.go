@@ -433,6 +433,14 @@ type SchedInstance struct {
 	// until NotBefore while the fence of HeldBy stops its old attempt.
 	NotBefore time.Time
 	HeldBy    string
+	// Priority and the gang fields are the instance's (Instance.Priority,
+	// Instance.GangID and the rest).
+	Priority    int
+	Restartable bool
+	GangID      string
+	GangSize    int
+	GangRank    int
+	GangMaxWait time.Duration
 }
 
 // SchedulingState is one consistent read of what placement needs.
@@ -458,7 +466,7 @@ func (s *Store) SchedulingState(ctx context.Context) (*SchedulingState, error) {
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT i.id, i.status, i.attempt, COALESCE(i.assigned_worker, ''), i.pool,
 		i.cpu_milli, i.memory_bytes, i.gpus, i.exclusive, i.daemon, i.target_worker, i.requested_gpu_indices, i.queued_at,
-		i.not_before, i.held_by,
+		i.not_before, i.held_by, i.priority, i.restartable, i.gang_id, i.gang_size, i.gang_rank, i.gang_max_wait_ns,
 		CASE WHEN i.status = 'PENDING' THEN NULL ELSE
 		(SELECT group_concat(a.gpu_index) FROM instance_allocations a WHERE a.instance_id = i.id AND a.attempt = i.attempt) END
 		FROM instances i
@@ -477,16 +485,20 @@ func (s *Store) SchedulingState(ctx context.Context) (*SchedulingState, error) {
 			queued    sql.NullInt64
 			notBefore sql.NullInt64
 			gpus      sql.NullString
+			gangWait  int64
+			rst       bool
 		)
 		if err := rows.Scan(&si.ID, &status, &si.Attempt, &si.Worker, &si.Pool, &si.Requests.MilliCPU,
 			&si.Requests.Memory, &si.Requests.GPUs, &excl, &dmn, &si.TargetWorker, &req, &queued, &notBefore, &si.HeldBy,
-			&gpus); err != nil {
+			&si.Priority, &rst, &si.GangID, &si.GangSize, &si.GangRank, &gangWait, &gpus); err != nil {
 			return nil, fmt.Errorf("scheduling state: %w", err)
 		}
 		si.Status = Status(status)
 		si.Exclusive, si.Daemon = excl != 0, dmn != 0
 		si.QueuedAt = fromTS(queued)
 		si.NotBefore = fromTS(notBefore)
+		si.GangMaxWait = time.Duration(gangWait)
+		si.Restartable = rst
 		if si.RequestedGPUIndices, err = decodeInts(req, "requested_gpu_indices"); err != nil {
 			return nil, fmt.Errorf("scheduling state: %w", err)
 		}

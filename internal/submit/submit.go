@@ -148,6 +148,12 @@ type Request struct {
 	// Restartable lets consolidation stop the instance and start it again
 	// on another node (default false: it is never moved).
 	Restartable *bool `json:"restartable,omitempty"`
+	// Priority orders placement, purchases and preemption: higher first
+	// (default 0).
+	Priority *int `json:"priority,omitempty"`
+	// Gang makes the replicas one gang, placed all at once or not at all
+	// (GangRequest).
+	Gang *GangRequest `json:"gang,omitempty"`
 }
 
 // Error is a refused submit: the HTTP status (400) and the detail the API
@@ -201,6 +207,11 @@ type Spec struct {
 	Exclusive   bool
 	Daemon      bool
 	Restartable bool
+	// Priority is within ±MaxPriority.
+	Priority int
+	// Gang is set when the replicas form a gang: Gang.Size equals
+	// Replicas; its name passes ValidName or is "".
+	Gang *GangSpec
 }
 
 // Check validates a submit request and returns it normalized. It runs
@@ -315,6 +326,9 @@ func Check(req *Request) (*Spec, error) {
 	}
 	s.Daemon = req.Daemon != nil && *req.Daemon
 	s.Restartable = req.Restartable != nil && *req.Restartable
+	if err := checkGang(req, s); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

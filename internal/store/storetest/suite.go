@@ -96,6 +96,7 @@ func Run(t *testing.T, open Opener, journal JournalOpener) {
 		{"ReleaseHold", testReleaseHold},
 		{"LateCompletion", testLateCompletion},
 		{"LateCompletionRacesAssign", testLateCompletionRacesAssign},
+		{"PriorityAndGangFields", testPriorityAndGangFields},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
