@@ -59,15 +59,15 @@ type File struct {
 	Priority *int
 	// Gang makes the replicas a gang (tide): set by `gang = true` (empty
 	// fields) or a [gang] table.
-	Gang *Gang
-	CPUCores      *float64
-	GPUs          *int64
-	MemoryMB      *int64
-	GPUIndices    []int
-	Exclusive     *bool
-	TargetWorker  *string
-	Env           map[string]string
-	Labels        map[string]string
+	Gang         *Gang
+	CPUCores     *float64
+	GPUs         *int64
+	MemoryMB     *int64
+	GPUIndices   []int
+	Exclusive    *bool
+	TargetWorker *string
+	Env          map[string]string
+	Labels       map[string]string
 }
 
 var (
