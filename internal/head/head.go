@@ -73,6 +73,11 @@ type Head struct {
 	pressure map[string]capacity.Pressure
 	// waiting is the last scheduling pass's reason per unplaced instance.
 	waiting map[string]string
+	// evicting are the instances chosen to be preempted, by id
+	// (priority.go); gangEnv the rendezvous variables of each placed
+	// instance of a gang, by id (gang.go).
+	evicting map[string]eviction
+	gangEnv  map[string]map[string]string
 	// prefer maps an instance moved by consolidation to the worker its
 	// move planned for it (MoveOff), until it is placed or no longer
 	// pending.

@@ -210,6 +210,9 @@ type Desired struct {
 	// restarts left. The worker's fence stops only those (issue 16).
 	RestartPolicy  RestartPolicy
 	RequeuedIfLost bool
+	// GangID is the instance's gang ("" for none): the head adds the
+	// gang's rendezvous variables to its environment.
+	GangID string
 }
 
 // Stopping is an instance the worker must stop: cancelled, but not yet

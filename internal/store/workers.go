@@ -375,6 +375,7 @@ func (s *Store) DesiredFor(ctx context.Context, worker string) (DesiredState, er
 	rows, err := tx.QueryContext(ctx, `SELECT i.id, i.attempt, i.command, i.env, i.venv, i.status,
 		i.cancel_requested_at IS NOT NULL, i.grace_period_ns, i.restart_policy,
 		i.status IN ('ASSIGNED','RUNNING') AND i.restarts < i.max_restarts AND i.restart_policy IN ('always','on-failure'),
+		i.gang_id,
 		(SELECT group_concat(a.gpu_index) FROM instance_allocations a WHERE a.instance_id = i.id AND a.attempt = i.attempt)
 		FROM instances i WHERE i.assigned_worker = ? AND i.status IN ('ASSIGNED','RUNNING','UNKNOWN')
 		ORDER BY i.assigned_at, i.id`, worker)
@@ -392,7 +393,7 @@ func (s *Store) DesiredFor(ctx context.Context, worker string) (DesiredState, er
 			gpus      sql.NullString
 		)
 		if err := rows.Scan(&d.InstanceID, &d.Attempt, &d.Command, &env, &d.Venv, &st, &cancelled, &grace,
-			&policy, &d.RequeuedIfLost, &gpus); err != nil {
+			&policy, &d.RequeuedIfLost, &d.GangID, &gpus); err != nil {
 			return ds, fmt.Errorf("desired for %s: %w", worker, err)
 		}
 		if cancelled {
@@ -438,6 +439,7 @@ type SchedInstance struct {
 	Priority    int
 	Restartable bool
 	GangID      string
+	GangName    string
 	GangSize    int
 	GangRank    int
 	GangMaxWait time.Duration
@@ -466,7 +468,7 @@ func (s *Store) SchedulingState(ctx context.Context) (*SchedulingState, error) {
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT i.id, i.status, i.attempt, COALESCE(i.assigned_worker, ''), i.pool,
 		i.cpu_milli, i.memory_bytes, i.gpus, i.exclusive, i.daemon, i.target_worker, i.requested_gpu_indices, i.queued_at,
-		i.not_before, i.held_by, i.priority, i.restartable, i.gang_id, i.gang_size, i.gang_rank, i.gang_max_wait_ns,
+		i.not_before, i.held_by, i.priority, i.restartable, i.gang_id, i.gang_name, i.gang_size, i.gang_rank, i.gang_max_wait_ns,
 		CASE WHEN i.status = 'PENDING' THEN NULL ELSE
 		(SELECT group_concat(a.gpu_index) FROM instance_allocations a WHERE a.instance_id = i.id AND a.attempt = i.attempt) END
 		FROM instances i
@@ -490,7 +492,7 @@ func (s *Store) SchedulingState(ctx context.Context) (*SchedulingState, error) {
 		)
 		if err := rows.Scan(&si.ID, &status, &si.Attempt, &si.Worker, &si.Pool, &si.Requests.MilliCPU,
 			&si.Requests.Memory, &si.Requests.GPUs, &excl, &dmn, &si.TargetWorker, &req, &queued, &notBefore, &si.HeldBy,
-			&si.Priority, &rst, &si.GangID, &si.GangSize, &si.GangRank, &gangWait, &gpus); err != nil {
+			&si.Priority, &rst, &si.GangID, &si.GangName, &si.GangSize, &si.GangRank, &gangWait, &gpus); err != nil {
 			return nil, fmt.Errorf("scheduling state: %w", err)
 		}
 		si.Status = Status(status)

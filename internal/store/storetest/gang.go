@@ -66,9 +66,16 @@ func testPriorityAndGangFields(t *testing.T, open Opener) {
 			continue
 		}
 		seen++
-		if si.Priority != -7+r || si.Restartable != (r == 1) || si.GangID != "g0" || si.GangSize != 3 || si.GangRank != r || si.GangMaxWait != 90*time.Second {
+		if si.Priority != -7+r || si.Restartable != (r == 1) || si.GangID != "g0" || si.GangName != "train" || si.GangSize != 3 || si.GangRank != r || si.GangMaxWait != 90*time.Second {
 			t.Fatalf("scheduling state %s: %+v", si.ID, si)
 		}
+	}
+	ds, err := s.DesiredFor(ctx, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds.Instances) != 1 || ds.Instances[0].GangID != "g0" {
+		t.Fatalf("desired set %+v, want g2 of gang g0", ds.Instances)
 	}
 	if seen != 3 {
 		t.Fatalf("scheduling state holds %d of the gang's 3 instances", seen)
