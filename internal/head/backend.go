@@ -397,6 +397,9 @@ func (h *Head) Heartbeat(ctx context.Context, worker string, req *httpapi.Heartb
 		if err != nil {
 			return nil, err
 		}
+		if err := h.withGangEnv(ctx, &ds); err != nil {
+			return nil, err
+		}
 		if seen < 0 || ds.Generation != seen {
 			return h.desiredResponse(ds), nil
 		}

@@ -319,7 +319,8 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	if reserve < 0 {
 		reserve = 0
 	}
-	res := scheduler.Place(workers, conv(st.Active), conv(st.Pending), scheduler.Config{ReserveAfter: reserve}, now)
+	res := scheduler.Place(workers, conv(st.Active), conv(st.Pending), scheduler.Config{ReserveAfter: reserve,
+		Preemptible: h.preemptible(), Evicting: h.evictingSet()}, now)
 	as := make([]store.Assignment, len(res.Assignments))
 	for i, a := range res.Assignments {
 		as[i] = store.Assignment{InstanceID: a.InstanceID, Attempt: a.Attempt, Worker: a.Worker,
@@ -329,6 +330,7 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	h.setGangEnv(gangEnvs(st, applied)) // before the workers hear of their new instances
 	woken := map[string]bool{}
 	for _, a := range applied {
 		if !woken[a.Worker] {
@@ -362,6 +364,12 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	h.mu.Unlock()
 	h.reportUnfit(ctx, st, res.Waiting)
 	h.publish(res.Pressure)
+	if err := h.preempt(ctx, res.Preemptions, poolOf(st), now); err != nil {
+		return len(applied), err
+	}
+	if err := h.expireGangs(ctx, st, applied, res.Waiting, now); err != nil {
+		return len(applied), err
+	}
 	return len(applied), nil
 }
 
