@@ -9,7 +9,9 @@ import (
 var (
 	g8  = capacity.Offering{Type: "g8", Kind: capacity.OnDemand, PricePerHour: 24, Resources: capacity.Resources{MilliCPU: 96000, Memory: 768 * ttGi, GPUs: 8}}
 	g2  = capacity.Offering{Type: "g2", Kind: capacity.OnDemand, PricePerHour: 7, Resources: capacity.Resources{MilliCPU: 24000, Memory: 192 * ttGi, GPUs: 2}}
-	gpu = func(n int64) capacity.Resources { return capacity.Resources{MilliCPU: 4000, Memory: 32 * ttGi, GPUs: n} }
+	gpu = func(n int64) capacity.Resources {
+		return capacity.Resources{MilliCPU: 4000, Memory: 32 * ttGi, GPUs: n}
+	}
 )
 
 func launchedBy(d Decision) map[string]int {
