@@ -60,7 +60,7 @@ func (p *prioritized) Decide(in Input) Decision {
 // max: all of them when they fit, else the longest run by priority
 // (highest first, the report's order within one) that does.
 func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.Pending {
-	if len(pend) < 2 || len(p.cfg.Offerings) == 0 {
+	if len(pend) == 0 || len(p.cfg.Offerings) == 0 {
 		return pend
 	}
 	var free []capacity.Resources
@@ -92,8 +92,13 @@ func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.P
 	if fits(len(order)) {
 		return pend
 	}
-	// The largest k whose first k groups fit (fits(0) holds).
+	// The largest k whose first k groups fit (fits(0) holds); the next
+	// group, unless a gang, is bought for in part (the policy clamps its
+	// purchase to the max).
 	k := sort.Search(len(order), func(k int) bool { return !fits(k + 1) })
+	if order[k].Gang == "" {
+		k++
+	}
 	return order[:k]
 }
 

@@ -84,3 +84,26 @@ func TestHigherPriorityBoughtFirstAtMax(t *testing.T) {
 		t.Fatalf("unwrapped tide: desired %d", d.Desired)
 	}
 }
+
+// A gang larger than the room the max leaves is never bought for in part;
+// plain work is bought for up to the max.
+func TestGangAboveMaxBuysNothing(t *testing.T) {
+	cfg := tideConfig(t, capacity.Elastic(0, 2), []capacity.Offering{g8})
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Input{Now: tideT0, State: waited, Pressure: capacity.Pressure{Pending: []capacity.Pending{
+		{Requests: gpu(8), Count: 3, Gang: "big"}}}}
+	if d := p.Decide(in); d.Desired != 0 {
+		t.Fatalf("desired %d for a gang of 3 nodes in a pool of at most 2", d.Desired)
+	}
+	in.Pressure.Pending[0].Gang = ""
+	if d := p.Decide(in); d.Desired != 2 {
+		t.Fatalf("desired %d for 3 lone instances, want the max 2", d.Desired)
+	}
+	in.Pressure.Pending[0].Priority = 3 // one group of another priority: still clamped, not dropped
+	if d := p.Decide(in); d.Desired != 2 {
+		t.Fatalf("desired %d for 3 lone instances of priority 3, want the max 2", d.Desired)
+	}
+}
