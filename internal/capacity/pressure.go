@@ -167,6 +167,13 @@ func (n *Node) Free() Resources { return n.Resources.Sub(n.Allocated()) }
 type Pending struct {
 	Requests Resources `json:"requests"`
 	Count    int       `json:"count"`
+	// Priority is the priority of these instances (0 when omitted):
+	// policies buy for higher priorities first, and a pool's
+	// expendable_below keeps low ones from causing a scale-up.
+	Priority int `json:"priority,omitempty"`
+	// Gang names the gang these instances belong to ("" for none): a
+	// gang's instances are bought for all at once or not at all.
+	Gang string `json:"gang,omitempty"`
 }
 
 // Pressure is the scheduler's report for one pool: its nodes with what runs

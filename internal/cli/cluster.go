@@ -179,6 +179,7 @@ when the leader dies. Give workers every head: tide worker --head URL1,URL2,...
 	f.DurationVar(&cfg.FenceMargin, "fence-margin", 5*time.Second, "safety margin of the fencing lease: a worker cut off from the head stops its restartable instances once its last heartbeat + poll timeout + offline-after + liveness interval + this margin has passed, and the head holds their re-run until then (+ grace period + margin); negative turns the lease off")
 	f.DurationVar(&cfg.SchedulerInterval, "scheduler-interval", 2*time.Second, "scheduling pass period when nothing changes")
 	f.DurationVar(&cfg.DefaultGracePeriod, "grace-period", 30*time.Second, "default SIGTERM→SIGKILL grace period of a cancel")
+	f.DurationVar(&cfg.PreemptGrace, "preempt-grace", 30*time.Second, "how long a restartable instance preempted for waiting work of higher priority (on a pool that cannot grow) runs on before it is stopped and requeued; negative: never preempt")
 	lf.register(cmd)
 	f.StringVar(&configPath, "config", "", "pools configuration (YAML) to autoscale; re-read on SIGHUP")
 	f.StringVar(&cfg.Store, "store", "", "where the state lives: sqlite (default, under --data-dir) or etcd://host:2379,host:2379[/prefix], shared by several heads of which one leads")

@@ -30,6 +30,9 @@ type submitFlags struct {
 	maxWait                                           time.Duration
 	labels, env                                       []string
 	replicas, maxRestarts                             int
+	priority                                          int
+	gang                                              bool
+	gangName, gangWait                                string
 }
 
 func newSubmitCmd(s Streams) *cobra.Command {
@@ -51,7 +54,8 @@ PyLet's Python client does for a list (shlex.join), so
 
 A TOML job file (-c) can hold every field: command (a string, or an array that
 is shell-quoted), name, venv, replicas, restart_policy, max_restarts, pool,
-daemon, restartable, max_wait; [resources] cpus, gpus, memory ("8Gi", or MB), gpu_indices, exclusive,
+daemon, restartable, max_wait, priority, gang (true or a [gang] table of name, size,
+max_wait); [resources] cpus, gpus, memory ("8Gi", or MB), gpu_indices, exclusive,
 target_worker; [env] and [labels] tables. ${VAR} and $VAR are expanded from the
 environment. Flags given on the command line win over the file, which wins over
 the defaults (1 CPU core, no GPU, 512 MB).`,
@@ -100,6 +104,10 @@ the defaults (1 CPU core, no GPU, 512 MB).`,
 	f.BoolVar(&sf.daemon, "daemon", false, "a daemon never holds a node up")
 	f.DurationVar(&sf.maxWait, "max-wait", 0, "end FAILED if no capacity places it within this long, e.g. 30m (default: its pool's max_wait, if any)")
 	f.BoolVar(&sf.restartable, "restartable", false, "consolidation may stop it and start it again on another node (its attempt's work is lost)")
+	f.IntVar(&sf.priority, "priority", 0, "priority: higher is placed and bought for first, and may preempt lower restartable work on a full pool")
+	f.BoolVar(&sf.gang, "gang", false, "the replicas are a gang: all start together or none (TIDE_GANG_RANK, TIDE_GANG_HOSTS, ... in their env)")
+	f.StringVar(&sf.gangName, "gang-name", "", "name of the gang (default: --name); implies --gang")
+	f.StringVar(&sf.gangWait, "gang-max-wait", "", "fail the whole gang when not placed within this duration (e.g. 30m); implies --gang")
 	cf.register(cmd)
 	outputFlag(cmd, &out)
 	return cmd
@@ -122,7 +130,7 @@ func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(st
 	req := &httpapi.SubmitRequest{Name: job.Name, TargetWorker: job.TargetWorker, GPUIndices: job.GPUIndices,
 		Exclusive: job.Exclusive, Labels: job.Labels, Env: job.Env, Venv: job.Venv, Replicas: job.Replicas,
 		RestartPolicy: job.RestartPolicy, MaxRestarts: job.MaxRestarts, Pool: job.Pool, Daemon: job.Daemon,
-		Restartable: job.Restartable, MaxWait: job.MaxWait, ResourceRequirements: &httpapi.ResourceSpec{CPUCores: job.CPUCores, GPUUnits: job.GPUs, MemoryMB: job.MemoryMB}}
+		Restartable: job.Restartable, MaxWait: job.MaxWait, Priority: job.Priority, ResourceRequirements: &httpapi.ResourceSpec{CPUCores: job.CPUCores, GPUUnits: job.GPUs, MemoryMB: job.MemoryMB}}
 	req.Command = job.Command
 	switch {
 	case len(args) == 1:
@@ -194,6 +202,28 @@ func (sf *submitFlags) request(cmd *cobra.Command, args []string, lookup func(st
 	}
 	if f.Changed("replicas") {
 		req.Replicas = &sf.replicas
+	}
+	if f.Changed("priority") {
+		req.Priority = &sf.priority
+	}
+	if g := job.Gang; g != nil {
+		req.Gang = &httpapi.GangRequest{Name: g.Name, Size: g.Size, MaxWait: g.MaxWait}
+	}
+	if f.Changed("gang") && !sf.gang {
+		req.Gang = nil
+	} else if sf.gang || f.Changed("gang-name") || f.Changed("gang-max-wait") {
+		if req.Gang == nil {
+			req.Gang = &httpapi.GangRequest{}
+		}
+		if f.Changed("gang-name") {
+			req.Gang.Name = sf.gangName
+		}
+		if f.Changed("gang-max-wait") {
+			req.Gang.MaxWait = sf.gangWait
+		}
+		if f.Changed("replicas") {
+			req.Gang.Size = 0 // --replicas sizes the gang
+		}
 	}
 	if f.Changed("max-restarts") {
 		req.MaxRestarts = &sf.maxRestarts

@@ -124,3 +124,24 @@ func TestSubmitInputErrorsExitTwo(t *testing.T) {
 		t.Fatalf("%d requests reached the head", len(*got))
 	}
 }
+
+// TestSubmitGangAndPriority: --replicas 4 --gang sends a gang of the
+// replicas; --priority and --gang-max-wait reach the head.
+func TestSubmitGangAndPriority(t *testing.T) {
+	srv, got := captureHead(t)
+	if code, _, errs := runCLI("submit", "--head", srv.URL, "--replicas", "4", "--gang", "--priority", "-2",
+		"--gang-max-wait", "5m", "--name", "train", "sleep", "1"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	b, _ := json.Marshal((*got)[0])
+	want := `{"command":"sleep 1","resource_requirements":{},"name":"train","replicas":4,"priority":-2,"gang":{"max_wait":"5m"}}`
+	if string(b) != want {
+		t.Fatalf("request = %s\nwant      %s", b, want)
+	}
+	if code, _, errs := runCLI("submit", "--head", srv.URL, "sleep", "1"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if b, _ = json.Marshal((*got)[1]); strings.Contains(string(b), "gang") || strings.Contains(string(b), "priority") {
+		t.Fatalf("plain submit sends %s", b)
+	}
+}

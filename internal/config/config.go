@@ -111,6 +111,9 @@ type Scaling struct {
 	Headroom           int       `json:"headroom,omitempty"`
 	ConsolidateAfter   Duration  `json:"consolidate_after,omitempty"`
 	OrphanGrace        Duration  `json:"orphan_grace,omitempty"`
+	// ExpendableBelow is the priority below which waiting work never
+	// causes a scale-up (policy.Config.ExpendableBelow).
+	ExpendableBelow *int `json:"expendable_below,omitempty"`
 }
 
 // ScaleStep bounds one target-tracking step.
@@ -169,7 +172,7 @@ func (p *Pool) PolicyConfig() policy.Config {
 		MinUtilization: s.MinUtilization, MinUnutilizedNodes: s.MinUnutilizedNodes,
 		ScaleDownDelay: time.Duration(s.ScaleDownDelay), BatchWindow: time.Duration(s.BatchWindow), Headroom: s.Headroom,
 		ProtectFirstNode: s.ProtectFirstNode, ConsolidateAfter: time.Duration(s.ConsolidateAfter),
-		Limits: p.Limits.Limits,
+		Limits: p.Limits.Limits, ExpendableBelow: s.ExpendableBelow,
 	}
 }
 

@@ -475,7 +475,7 @@ func (s *Store) DesiredFor(ctx context.Context, worker string) (store.DesiredSta
 		}
 		ds.Instances = append(ds.Instances, store.Desired{InstanceID: in.ID, Attempt: in.Attempt, Command: in.Command,
 			GPUIndices: in.GPUIndices, Env: in.Env, Venv: in.Venv, ExpectedStatus: in.Status,
-			RestartPolicy: in.RestartPolicy, RequeuedIfLost: assignedOrRunning(in.Status) && restart(in, true)})
+			RestartPolicy: in.RestartPolicy, RequeuedIfLost: assignedOrRunning(in.Status) && restart(in, true), GangID: in.GangID})
 	}
 	return ds, nil
 }
@@ -546,7 +546,8 @@ func (s *Store) SchedulingState(ctx context.Context) (*store.SchedulingState, er
 		si := store.SchedInstance{ID: in.ID, Status: in.Status, Attempt: in.Attempt, Worker: in.AssignedWorker,
 			Pool: in.Pool, Requests: in.Requests, Exclusive: in.Exclusive, Daemon: in.Daemon,
 			TargetWorker: in.TargetWorker, RequestedGPUIndices: in.RequestedGPUIndices, QueuedAt: in.QueuedAt,
-			NotBefore: in.NotBefore, HeldBy: in.HeldBy}
+			NotBefore: in.NotBefore, HeldBy: in.HeldBy, Priority: in.Priority, Restartable: in.Restartable, GangID: in.GangID, GangName: in.GangName,
+			GangSize: in.GangSize, GangRank: in.GangRank, GangMaxWait: in.GangMaxWait}
 		if pending {
 			st.Pending = append(st.Pending, si)
 		} else {

@@ -142,6 +142,14 @@ func (h *Head) Submit(ctx context.Context, req *httpapi.SubmitRequest) ([]string
 		if target != nil {
 			ins[i].TargetWorker = target.ID
 		}
+		ins[i].Priority = spec.Priority
+		if g := spec.Gang; g != nil {
+			ins[i].GangID, ins[i].GangName, ins[i].GangSize, ins[i].GangRank = ids[0], g.Name, g.Size, i
+			if g.Name == "" {
+				ins[i].GangName = ids[0]
+			}
+			ins[i].GangMaxWait = g.MaxWait
+		}
 	}
 	if err := h.inserts.insert(ctx, ins, now); err != nil {
 		return nil, err
@@ -398,6 +406,9 @@ func (h *Head) Heartbeat(ctx context.Context, worker string, req *httpapi.Heartb
 	for {
 		ds, err := h.st.DesiredFor(ctx, worker)
 		if err != nil {
+			return nil, err
+		}
+		if err := h.withGangEnv(ctx, &ds); err != nil {
 			return nil, err
 		}
 		if seen < 0 || ds.Generation != seen {

@@ -88,6 +88,11 @@ type Config struct {
 	// ReserveAfter is how long the oldest waiting instance of a pool may be
 	// overtaken before a worker is reserved for it; 60s. Negative disables.
 	ReserveAfter time.Duration
+	// PreemptGrace is how long a running restartable instance chosen to
+	// make room for waiting work of higher priority runs on before it is
+	// stopped and requeued (priority.go); 30s. Negative disables
+	// preemption.
+	PreemptGrace time.Duration
 	// LogProxyTimeout bounds a log fetch from a worker; 30s.
 	LogProxyTimeout time.Duration
 	// BodyTimeout bounds how long a request body may take to arrive (a
@@ -192,6 +197,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	def(&cfg.DefaultGracePeriod, 30*time.Second)
 	def(&cfg.MaxGracePeriod, 300*time.Second)
 	def(&cfg.ReserveAfter, 60*time.Second)
+	def(&cfg.PreemptGrace, 30*time.Second)
 	def(&cfg.LogProxyTimeout, 30*time.Second)
 	def(&cfg.EventFollowMax, time.Hour)
 	def(&cfg.CredentialTTL, DefaultCredentialTTL)

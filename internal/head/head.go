@@ -73,6 +73,11 @@ type Head struct {
 	pressure map[string]capacity.Pressure
 	// waiting is the last scheduling pass's reason per unplaced instance.
 	waiting map[string]string
+	// evicting are the instances chosen to be preempted, by id
+	// (priority.go); gangEnv the rendezvous variables of each placed
+	// instance of a gang, by id (gang.go).
+	evicting map[string]eviction
+	gangEnv  map[string]map[string]string
 	// prefer maps an instance moved by consolidation to the worker its
 	// move planned for it (MoveOff), until it is placed or no longer
 	// pending.
@@ -302,7 +307,8 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 			}
 			out[i] = scheduler.Instance{ID: s.ID, Attempt: s.Attempt, Pool: s.Pool, Requests: s.Requests,
 				Exclusive: s.Exclusive, Daemon: s.Daemon, TargetWorker: s.TargetWorker, GPUIndices: gpus,
-				Worker: s.Worker, QueuedAt: s.QueuedAt}
+				Worker: s.Worker, QueuedAt: s.QueuedAt, Priority: s.Priority, Restartable: s.Restartable,
+				Gang: s.GangID, GangSize: s.GangSize, GangRank: s.GangRank}
 			if s.Status == store.StatusPending {
 				out[i].NotBefore = s.NotBefore
 				out[i].Held = heldReason(s.NotBefore, s.HeldBy, s.Attempt, now)
@@ -317,7 +323,8 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	if reserve < 0 {
 		reserve = 0
 	}
-	res := scheduler.Place(workers, conv(st.Active), conv(st.Pending), scheduler.Config{ReserveAfter: reserve}, now)
+	res := scheduler.Place(workers, conv(st.Active), conv(st.Pending), scheduler.Config{ReserveAfter: reserve,
+		Preemptible: h.preemptible(), Evicting: h.evictingSet()}, now)
 	as := make([]store.Assignment, len(res.Assignments))
 	for i, a := range res.Assignments {
 		as[i] = store.Assignment{InstanceID: a.InstanceID, Attempt: a.Attempt, Worker: a.Worker,
@@ -327,6 +334,7 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	h.setGangEnv(gangEnvs(st, applied)) // before the workers hear of their new instances
 	woken := map[string]bool{}
 	for _, a := range applied {
 		if !woken[a.Worker] {
@@ -360,6 +368,12 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	h.mu.Unlock()
 	h.reportUnfit(ctx, st, res.Waiting)
 	h.publish(res.Pressure)
+	if err := h.preempt(ctx, res.Preemptions, poolOf(st), now); err != nil {
+		return len(applied), err
+	}
+	if err := h.expireGangs(ctx, st, applied, res.Waiting, now); err != nil {
+		return len(applied), err
+	}
 	return len(applied), nil
 }
 

@@ -32,6 +32,9 @@ func ResourcesFrom(r capacity.Resources) ResourcesOut {
 // extensions. internal/submit decodes and checks it.
 type SubmitRequest = submit.Request
 
+// GangRequest is the gang field of a submit (submit.GangRequest).
+type GangRequest = submit.GangRequest
+
 // SubmitResponse is PyLet's {"instance_id"}; with replicas, every id too.
 type SubmitResponse struct {
 	InstanceID  string   `json:"instance_id"`
@@ -85,6 +88,19 @@ type InstanceJSON struct {
 	// MaxWait is the instance's own max_wait ("30m0s"), omitted when it
 	// has none (its pool's, if any, applies).
 	MaxWait string `json:"max_wait,omitempty"`
+	// Priority is the instance's priority; omitted when 0.
+	Priority int `json:"priority,omitempty"`
+	// Gang is set on the instances of a gang; omitted otherwise.
+	Gang *GangJSON `json:"gang,omitempty"`
+}
+
+// GangJSON is an instance's gang: its name, size, this instance's rank
+// and, when set, how long the gang may wait for placement.
+type GangJSON struct {
+	Name    string `json:"name"`
+	Size    int    `json:"size"`
+	Rank    int    `json:"rank"`
+	MaxWait string `json:"max_wait,omitempty"`
 }
 
 func strPtr(s string) *string {
@@ -121,6 +137,13 @@ func InstanceFrom(in *store.Instance) InstanceJSON {
 	}
 	if in.MaxWait > 0 {
 		out.MaxWait = in.MaxWait.String()
+	}
+	out.Priority = in.Priority
+	if in.GangID != "" {
+		out.Gang = &GangJSON{Name: in.GangName, Size: in.GangSize, Rank: in.GangRank}
+		if in.GangMaxWait > 0 {
+			out.Gang.MaxWait = in.GangMaxWait.String()
+		}
 	}
 	if out.Labels == nil {
 		out.Labels = map[string]string{}

@@ -33,6 +33,9 @@ import (
 //	daemon = false                     # tide
 //	restartable = false                # tide: consolidation may move it (losing its attempt's work)
 //	max_wait = "30m"                   # tide: FAILED if not placed within 30m (default: the pool's)
+//	priority = 10                      # tide: higher is placed, bought for and kept first
+//	gang = true                        # tide: the replicas start together or not at all, or:
+//	[gang]                             #   name = "train", size = 4 (= replicas), max_wait = "30m"
 //	[resources]
 //	cpus = 4                           # cores: 4, 0.5 or "500m"
 //	gpus = 1                           # or gpu_indices, not both
@@ -54,19 +57,26 @@ type File struct {
 	Pool          *string
 	Daemon        *bool
 	Restartable   *bool
-	MaxWait       *string
-	CPUCores      *float64
-	GPUs          *int64
-	MemoryMB      *int64
-	GPUIndices    []int
-	Exclusive     *bool
-	TargetWorker  *string
-	Env           map[string]string
-	Labels        map[string]string
+	// MaxWait is the instances' own max_wait (tide), as written.
+	MaxWait *string
+	// Priority is the instances' priority (tide).
+	Priority *int
+	// Gang makes the replicas a gang (tide): set by `gang = true` (empty
+	// fields) or a [gang] table.
+	Gang         *Gang
+	CPUCores     *float64
+	GPUs         *int64
+	MemoryMB     *int64
+	GPUIndices   []int
+	Exclusive    *bool
+	TargetWorker *string
+	Env          map[string]string
+	Labels       map[string]string
 }
 
 var (
-	topKeys      = []string{"command", "name", "venv", "replicas", "restart_policy", "max_restarts", "pool", "daemon", "restartable", "max_wait", "resources", "env", "labels"}
+	topKeys      = []string{"command", "name", "venv", "replicas", "restart_policy", "max_restarts", "pool", "daemon", "restartable", "max_wait", "priority", "gang", "resources", "env", "labels"}
+	gangKeys     = []string{"name", "size", "max_wait"}
 	resourceKeys = []string{"cpus", "gpus", "memory", "gpu_indices", "exclusive", "target_worker"}
 )
 
@@ -120,6 +130,10 @@ func Parse(data []byte, lookup func(string) (string, bool)) (*File, error) {
 					err = fmt.Errorf("max_wait: want a duration of 1s or more such as 30m, got %q", *job.MaxWait)
 				}
 			}
+		case "priority":
+			job.Priority, err = p.smallInt(k, v, -1_000_000_000, 1_000_000_000)
+		case "gang":
+			job.Gang, err = p.gang(v)
 		case "env":
 			job.Env, err = p.strMap(k, v)
 		case "labels":
@@ -377,4 +391,49 @@ func ShellJoin(args []string) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// Gang is a job file's gang: empty fields are left to the defaults (the
+// job's name, its replicas, no max wait).
+type Gang struct {
+	Name    string
+	Size    int
+	MaxWait string
+}
+
+// gang accepts true, false (no gang) or a table of gangKeys.
+func (p jobParser) gang(v any) (*Gang, error) {
+	switch g := v.(type) {
+	case bool:
+		if !g {
+			return nil, nil
+		}
+		return &Gang{}, nil
+	case map[string]any:
+		out := &Gang{}
+		for _, k := range slices.Sorted(maps.Keys(g)) {
+			switch k {
+			case "name", "max_wait":
+				s, err := p.str("gang."+k, g[k])
+				if err != nil {
+					return nil, err
+				}
+				if k == "name" {
+					out.Name = *s
+				} else {
+					out.MaxWait = *s
+				}
+			case "size":
+				n, err := p.smallInt("gang.size", g[k], 1, 1000)
+				if err != nil {
+					return nil, err
+				}
+				out.Size = *n
+			default:
+				return nil, fmt.Errorf("gang: unknown key %q (known: %s)", k, strings.Join(gangKeys, ", "))
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("gang: want true or a table, got %s", typeName(v))
 }

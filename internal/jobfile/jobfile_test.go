@@ -21,6 +21,11 @@ max_restarts = 5
 pool = "gpu"
 daemon = true
 restartable = true
+max_wait = "30m"
+priority = 7
+
+[gang]
+name = "g"
 
 [resources]
 cpus = 2.5
@@ -42,7 +47,7 @@ team = "nlp"
 	}
 	got, _ := json.Marshal(job)
 	want := `{"Command":"python train.py --msg 'it'\"'\"'s ada'","Name":"train-ada","Venv":"/opt/venv","Replicas":2,` +
-		`"RestartPolicy":"on-failure","MaxRestarts":5,"Pool":"gpu","Daemon":true,"Restartable":true,"CPUCores":2.5,"GPUs":null,` +
+		`"RestartPolicy":"on-failure","MaxRestarts":5,"Pool":"gpu","Daemon":true,"Restartable":true,"MaxWait":"30m","Priority":7,"Gang":{"Name":"g","Size":0,"MaxWait":""},"CPUCores":2.5,"GPUs":null,` +
 		`"MemoryMB":1536,"GPUIndices":[0,2],"Exclusive":false,"TargetWorker":"node-${MISSING}",` +
 		`"Env":{"HF_HOME":"/home/ada/hf","LITERAL":"$NOPE and $$"},"Labels":{"team":"nlp"}}`
 	if string(got) != want {
@@ -146,4 +151,22 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("job does not marshal: %v", err)
 		}
 	})
+}
+
+func TestParsePriorityAndGang(t *testing.T) {
+	job, err := Parse([]byte("command = \"x\"\npriority = -4\n[gang]\nname = \"t\"\nsize = 4\nmax_wait = \"10m\"\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Priority == nil || *job.Priority != -4 || job.Gang == nil || *job.Gang != (Gang{Name: "t", Size: 4, MaxWait: "10m"}) {
+		t.Fatalf("priority %v gang %+v", job.Priority, job.Gang)
+	}
+	if job, err = Parse([]byte("command = \"x\"\ngang = true\n"), nil); err != nil || job.Gang == nil || *job.Gang != (Gang{}) {
+		t.Fatalf("gang = true: %+v, %v", job, err)
+	}
+	for _, bad := range []string{"gang = 3", "[gang]\nsize = 0", "[gang]\nrank = 1", "priority = \"high\""} {
+		if _, err := Parse([]byte("command = \"x\"\n"+bad+"\n"), nil); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
 }

@@ -69,6 +69,10 @@ type Config struct {
 	// Limits bound the pool's resources and cost in all (limits.go); the
 	// zero value sets none.
 	Limits Limits
+
+	// ExpendableBelow, when set, is the priority below which waiting work
+	// never causes a scale-up (priority.go).
+	ExpendableBelow *int
 }
 
 // Validate fills defaults and checks every knob; the returned error names
@@ -171,5 +175,5 @@ func New(cfg Config) (Policy, error) {
 	default:
 		p = NewTide(cfg)
 	}
-	return withLimits(p, cfg), nil
+	return withLimits(withPriorities(p, cfg), cfg), nil
 }

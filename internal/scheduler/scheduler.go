@@ -86,6 +86,19 @@ type Instance struct {
 	// room soon.
 	NotBefore time.Time
 	Held      string
+	// Priority orders the queue: higher first, FIFO within a priority. A
+	// placed instance's priority says what may preempt it (Preemptible).
+	Priority int
+	// Restartable placed instances may be preempted by pending work of
+	// higher priority in a pool of Config.Preemptible.
+	Restartable bool
+	// Gang names the instance's gang ("" for none): the pending instances
+	// of a gang none of whose instances is placed are placed all at once or
+	// not at all (gang.go). GangSize is its number of instances; GangRank
+	// orders them.
+	Gang     string
+	GangSize int
+	GangRank int
 }
 
 // Config tunes placement.
@@ -96,6 +109,14 @@ type Config struct {
 	ReserveAfter time.Duration
 	// MaxReservations bounds reservations per pool; 1 when zero.
 	MaxReservations int
+	// Preemptible says whether pending work in a pool may preempt placed
+	// restartable work of lower priority (the pool can grow no further);
+	// nil: never.
+	Preemptible func(pool string) bool
+	// Evicting are placed instances already chosen to be preempted (by
+	// id): they are on their way out, so their room counts as free when
+	// preemption is planned, and they are never chosen twice.
+	Evicting map[string]bool
 }
 
 // Assignment places one instance on a worker.
@@ -118,6 +139,10 @@ type Result struct {
 	Reserved map[string]string
 	// Waiting says why each unplaced instance waits.
 	Waiting map[string]string
+	// Preemptions are the placed instances to stop so that waiting work
+	// of higher priority fits (preempt.go); empty unless Config.Preemptible
+	// allows it.
+	Preemptions []Preemption
 }
 
 type node struct {
@@ -176,8 +201,20 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 	failedShape := map[string]string{}
 	reservations := map[string]int{}
 	unplaced := make([]int, 0)
-	for i := range pending {
+	gangs := gangsOf(placed, pending)
+	for _, i := range queueOrder(pending) {
 		p := &pending[i]
+		if g := gangs[p.Gang]; g != nil && !g.started {
+			if g.done {
+				continue
+			}
+			g.done = true
+			if placeGang(g, pending, nodes, byName, byPool, &res, now) {
+				continue
+			}
+			unplaced = append(unplaced, g.members...)
+			continue
+		}
 		if now.Before(p.NotBefore) {
 			why := p.Held
 			if why == "" {
@@ -251,6 +288,9 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 		}
 	}
 
+	if cfg.Preemptible != nil {
+		res.Preemptions = preempt(nodes, byName, byPool, placed, pending, unplaced, gangs, cfg, now)
+	}
 	for pool, idx := range byPool {
 		pr := res.Pressure[pool]
 		for _, ni := range idx {
@@ -264,11 +304,19 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 		res.Pressure[pool] = pr
 	}
 	shapes := map[string]map[string]int{} // pool -> shape key -> index in Pending
+	slices.Sort(unplaced)                 // FIFO in the report, as before priorities
 	for _, i := range unplaced {
 		p := &pending[i]
 		pr := res.Pressure[p.Pool]
 		req := requestShape(p)
 		k := req.String()
+		gang := ""
+		if g := gangs[p.Gang]; g != nil && !g.started {
+			gang = p.Gang
+		}
+		if p.Priority != 0 || gang != "" {
+			k = fmt.Sprintf("%s|%d|%s", k, p.Priority, gang)
+		}
 		m := shapes[p.Pool]
 		if m == nil {
 			m = map[string]int{}
@@ -278,7 +326,7 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 			pr.Pending[j].Count++
 		} else {
 			m[k] = len(pr.Pending)
-			pr.Pending = append(pr.Pending, capacity.Pending{Requests: req, Count: 1})
+			pr.Pending = append(pr.Pending, capacity.Pending{Requests: req, Count: 1, Priority: p.Priority, Gang: gang})
 		}
 		res.Pressure[p.Pool] = pr
 	}

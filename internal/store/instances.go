@@ -14,6 +14,7 @@ const instanceCols = `i.id, i.name, i.command, i.status, i.attempt, COALESCE(i.a
 	i.requested_gpu_indices, i.venv, i.exit_code, i.port, i.endpoint, i.failure_reason, i.restart_policy,
 	i.max_restarts, i.restarts, i.grace_period_ns, i.cancel_gen, i.created_at, i.queued_at, i.assigned_at,
 	i.started_at, i.ended_at, i.cancel_requested_at, i.restartable, i.not_before, i.held_by, i.max_wait_ns,
+	i.priority, i.gang_id, i.gang_name, i.gang_size, i.gang_rank, i.gang_max_wait_ns,
 	(SELECT group_concat(a.gpu_index) FROM instance_allocations a WHERE a.instance_id = i.id AND a.attempt = i.attempt)`
 
 type scanner interface{ Scan(dest ...any) error }
@@ -26,14 +27,15 @@ func scanInstance(sc scanner) (*Instance, error) {
 		exitCode, port, created, queued     sql.NullInt64
 		assigned, started, ended, cancelAt  sql.NullInt64
 		notBefore                           sql.NullInt64
-		grace, maxWait                      int64
+		grace, maxWait, gangWait            int64
 		gpuList                             sql.NullString
 	)
 	err := sc.Scan(&in.ID, &in.Name, &in.Command, &status, &in.Attempt, &in.AssignedWorker, &in.Pool,
 		&in.Requests.MilliCPU, &in.Requests.Memory, &in.Requests.GPUs, &exclusive, &daemon, &labels, &env,
 		&in.TargetWorker, &reqIdx, &in.Venv, &exitCode, &port, &in.Endpoint, &in.FailureReason, &policy,
 		&in.MaxRestarts, &in.Restarts, &grace, &in.CancelGen, &created, &queued, &assigned,
-		&started, &ended, &cancelAt, &restartable, &notBefore, &in.HeldBy, &maxWait, &gpuList)
+		&started, &ended, &cancelAt, &restartable, &notBefore, &in.HeldBy, &maxWait,
+		&in.Priority, &in.GangID, &in.GangName, &in.GangSize, &in.GangRank, &gangWait, &gpuList)
 	if err != nil {
 		return nil, err
 	}
@@ -46,6 +48,7 @@ func scanInstance(sc scanner) (*Instance, error) {
 	in.Port = intPtr(port)
 	in.GracePeriod = time.Duration(grace)
 	in.MaxWait = time.Duration(maxWait)
+	in.GangMaxWait = time.Duration(gangWait)
 	in.CreatedAt, in.QueuedAt = fromTS(created), fromTS(queued)
 	in.AssignedAt, in.StartedAt, in.EndedAt = fromTS(assigned), fromTS(started), fromTS(ended)
 	in.CancelRequestedAt = fromTS(cancelAt)
@@ -72,8 +75,9 @@ func isUniqueName(err error) bool {
 const (
 	insertInstanceSQL = `INSERT INTO instances (id, name, command, status, pool, cpu_milli,
 		memory_bytes, gpus, exclusive, daemon, labels, env, target_worker, requested_gpu_indices, venv,
-		restart_policy, max_restarts, created_at, queued_at, restartable, max_wait_ns)
-		VALUES (?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		restart_policy, max_restarts, created_at, queued_at, restartable, max_wait_ns,
+		priority, gang_id, gang_name, gang_size, gang_rank, gang_max_wait_ns)
+		VALUES (?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	insertLabelSQL = `INSERT INTO instance_labels (instance_id, key, value) VALUES (?, ?, ?)`
 )
 
@@ -121,7 +125,8 @@ func (s *Store) InsertInstances(ctx context.Context, ins []Instance, now time.Ti
 		_, err = stmt.ExecContext(ctx, in.ID, in.Name, in.Command, in.Pool, in.Requests.MilliCPU,
 			in.Requests.Memory, in.Requests.GPUs, b2i(in.Exclusive), b2i(in.Daemon), labels, env,
 			in.TargetWorker, encodeInts(in.RequestedGPUIndices), in.Venv, string(policy), in.MaxRestarts,
-			created.UnixNano(), queued.UnixNano(), b2i(in.Restartable), int64(in.MaxWait))
+			created.UnixNano(), queued.UnixNano(), b2i(in.Restartable), int64(in.MaxWait),
+			in.Priority, in.GangID, in.GangName, in.GangSize, in.GangRank, int64(in.GangMaxWait))
 		if isUniqueName(err) {
 			return &NameTakenError{Name: in.Name}
 		}

@@ -236,6 +236,13 @@ CREATE INDEX instance_allocations_worker ON instance_allocations(worker_id);
 ALTER TABLE instances ADD COLUMN held_by TEXT NOT NULL DEFAULT '';`,
 	// 8: an instance's own max_wait (Instance.MaxWait; issue 35).
 	`ALTER TABLE instances ADD COLUMN max_wait_ns INTEGER NOT NULL DEFAULT 0;`,
+	// 9: priorities and gangs (Instance.Priority, Instance.Gang*; issue 36).
+	`ALTER TABLE instances ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE instances ADD COLUMN gang_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE instances ADD COLUMN gang_name TEXT NOT NULL DEFAULT '';
+ALTER TABLE instances ADD COLUMN gang_size INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE instances ADD COLUMN gang_rank INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE instances ADD COLUMN gang_max_wait_ns INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // SchemaVersion is the number of migrations this build knows.

@@ -136,6 +136,19 @@ type Instance struct {
 	// (PENDING, since QueuedAt) before the head fails it for want of
 	// capacity. Zero: its pool's max_wait, if any, applies.
 	MaxWait time.Duration
+	// Priority orders placement and purchases: higher first (0 default).
+	Priority int
+	// GangID is set on the instances of a gang, which are placed all at
+	// once or not at all: the id of the gang's rank-0 instance. GangName is
+	// the gang's name as submitted, GangSize its number of instances,
+	// GangRank this instance's rank (0..GangSize-1) and GangMaxWait how
+	// long the gang may wait for placement before it fails whole (zero: no
+	// limit).
+	GangID      string
+	GangName    string
+	GangSize    int
+	GangRank    int
+	GangMaxWait time.Duration
 
 	CreatedAt         time.Time
 	QueuedAt          time.Time
@@ -201,6 +214,9 @@ type Desired struct {
 	// restarts left. The worker's fence stops only those (issue 16).
 	RestartPolicy  RestartPolicy
 	RequeuedIfLost bool
+	// GangID is the instance's gang ("" for none): the head adds the
+	// gang's rendezvous variables to its environment.
+	GangID string
 }
 
 // Stopping is an instance the worker must stop: cancelled, but not yet

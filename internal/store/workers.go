@@ -375,6 +375,7 @@ func (s *Store) DesiredFor(ctx context.Context, worker string) (DesiredState, er
 	rows, err := tx.QueryContext(ctx, `SELECT i.id, i.attempt, i.command, i.env, i.venv, i.status,
 		i.cancel_requested_at IS NOT NULL, i.grace_period_ns, i.restart_policy,
 		i.status IN ('ASSIGNED','RUNNING') AND i.restarts < i.max_restarts AND i.restart_policy IN ('always','on-failure'),
+		i.gang_id,
 		(SELECT group_concat(a.gpu_index) FROM instance_allocations a WHERE a.instance_id = i.id AND a.attempt = i.attempt)
 		FROM instances i WHERE i.assigned_worker = ? AND i.status IN ('ASSIGNED','RUNNING','UNKNOWN')
 		ORDER BY i.assigned_at, i.id`, worker)
@@ -392,7 +393,7 @@ func (s *Store) DesiredFor(ctx context.Context, worker string) (DesiredState, er
 			gpus      sql.NullString
 		)
 		if err := rows.Scan(&d.InstanceID, &d.Attempt, &d.Command, &env, &d.Venv, &st, &cancelled, &grace,
-			&policy, &d.RequeuedIfLost, &gpus); err != nil {
+			&policy, &d.RequeuedIfLost, &d.GangID, &gpus); err != nil {
 			return ds, fmt.Errorf("desired for %s: %w", worker, err)
 		}
 		if cancelled {
@@ -433,6 +434,15 @@ type SchedInstance struct {
 	// until NotBefore while the fence of HeldBy stops its old attempt.
 	NotBefore time.Time
 	HeldBy    string
+	// Priority and the gang fields are the instance's (Instance.Priority,
+	// Instance.GangID and the rest).
+	Priority    int
+	Restartable bool
+	GangID      string
+	GangName    string
+	GangSize    int
+	GangRank    int
+	GangMaxWait time.Duration
 }
 
 // SchedulingState is one consistent read of what placement needs.
@@ -458,7 +468,7 @@ func (s *Store) SchedulingState(ctx context.Context) (*SchedulingState, error) {
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT i.id, i.status, i.attempt, COALESCE(i.assigned_worker, ''), i.pool,
 		i.cpu_milli, i.memory_bytes, i.gpus, i.exclusive, i.daemon, i.target_worker, i.requested_gpu_indices, i.queued_at,
-		i.not_before, i.held_by,
+		i.not_before, i.held_by, i.priority, i.restartable, i.gang_id, i.gang_name, i.gang_size, i.gang_rank, i.gang_max_wait_ns,
 		CASE WHEN i.status = 'PENDING' THEN NULL ELSE
 		(SELECT group_concat(a.gpu_index) FROM instance_allocations a WHERE a.instance_id = i.id AND a.attempt = i.attempt) END
 		FROM instances i
@@ -477,16 +487,20 @@ func (s *Store) SchedulingState(ctx context.Context) (*SchedulingState, error) {
 			queued    sql.NullInt64
 			notBefore sql.NullInt64
 			gpus      sql.NullString
+			gangWait  int64
+			rst       bool
 		)
 		if err := rows.Scan(&si.ID, &status, &si.Attempt, &si.Worker, &si.Pool, &si.Requests.MilliCPU,
 			&si.Requests.Memory, &si.Requests.GPUs, &excl, &dmn, &si.TargetWorker, &req, &queued, &notBefore, &si.HeldBy,
-			&gpus); err != nil {
+			&si.Priority, &rst, &si.GangID, &si.GangName, &si.GangSize, &si.GangRank, &gangWait, &gpus); err != nil {
 			return nil, fmt.Errorf("scheduling state: %w", err)
 		}
 		si.Status = Status(status)
 		si.Exclusive, si.Daemon = excl != 0, dmn != 0
 		si.QueuedAt = fromTS(queued)
 		si.NotBefore = fromTS(notBefore)
+		si.GangMaxWait = time.Duration(gangWait)
+		si.Restartable = rst
 		if si.RequestedGPUIndices, err = decodeInts(req, "requested_gpu_indices"); err != nil {
 			return nil, fmt.Errorf("scheduling state: %w", err)
 		}

@@ -155,6 +155,12 @@ type Request struct {
 	// ends FAILED, as a duration such as "30m" (1s to MaxWaitLimit); nil
 	// leaves it to its pool's max_wait (none by default).
 	MaxWait *string `json:"max_wait,omitempty"`
+	// Priority orders placement, purchases and preemption: higher first
+	// (default 0).
+	Priority *int `json:"priority,omitempty"`
+	// Gang makes the replicas one gang, placed all at once or not at all
+	// (GangRequest).
+	Gang *GangRequest `json:"gang,omitempty"`
 }
 
 // Error is a refused submit: the HTTP status (400) and the detail the API
@@ -211,6 +217,11 @@ type Spec struct {
 	// MaxWait is 0 (the pool's max_wait applies) or between 1s and
 	// MaxWaitLimit.
 	MaxWait time.Duration
+	// Priority is within ±MaxPriority.
+	Priority int
+	// Gang is set when the replicas form a gang: Gang.Size equals
+	// Replicas; its name passes ValidName or is "".
+	Gang *GangSpec
 }
 
 // Check validates a submit request and returns it normalized. It runs
@@ -331,6 +342,9 @@ func Check(req *Request) (*Spec, error) {
 			return nil, bad("max_wait must be a duration from 1s to %s such as 30m, got %q", MaxWaitLimit, *req.MaxWait)
 		}
 		s.MaxWait = d
+	}
+	if err := checkGang(req, s); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -97,6 +97,7 @@ func Run(t *testing.T, open Opener, journal JournalOpener) {
 		{"ReleaseHold", testReleaseHold},
 		{"LateCompletion", testLateCompletion},
 		{"LateCompletionRacesAssign", testLateCompletionRacesAssign},
+		{"PriorityAndGangFields", testPriorityAndGangFields},
 		{"FailPending", testFailPending},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,320 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tide-project/tide/internal/client"
+	"github.com/tide-project/tide/internal/httpapi"
+)
+
+// gangSpec is a submit of replicas instances as one gang (or of one
+// instance when replicas is 0) with cpu cores each.
+type gangSpec struct {
+	cmd         string
+	cpu         float64
+	replicas    int
+	gang        *httpapi.GangRequest
+	priority    int
+	restartable bool
+	labels      map[string]string
+	pool        string
+}
+
+func (cl *cluster) submitGang(s gangSpec) []string {
+	cl.t.Helper()
+	return submitTo(cl.t, cl.c, s)
+}
+
+func submitTo(t *testing.T, c *client.Client, s gangSpec) []string {
+	t.Helper()
+	mem := int64(16)
+	req := &httpapi.SubmitRequest{Command: &s.cmd, ResourceRequirements: &httpapi.ResourceSpec{CPUCores: &s.cpu, MemoryMB: &mem},
+		Labels: s.labels, Gang: s.gang}
+	if s.replicas > 0 {
+		req.Replicas = &s.replicas
+	}
+	if s.priority != 0 {
+		req.Priority = &s.priority
+	}
+	if s.restartable {
+		req.Restartable = &s.restartable
+	}
+	if s.pool != "" {
+		req.Pool = &s.pool
+	}
+	res, err := c.Submit(context.Background(), req)
+	if err != nil {
+		t.Fatalf("submit %q: %v", s.cmd, err)
+	}
+	if len(res.InstanceIDs) == 0 {
+		return []string{res.InstanceID}
+	}
+	return res.InstanceIDs
+}
+
+// gangLines reads the "<gang> <rank> <size> <hosts>" lines the instances
+// of gangs write at start.
+func gangLines(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 4 {
+			t.Fatalf("line %q: want gang, rank, size and hosts", l)
+		}
+		out[f[0]] = append(out[f[0]], l)
+	}
+	return out
+}
+
+const gangCmd = `echo "$TIDE_GANG_NAME $TIDE_GANG_RANK $TIDE_GANG_SIZE $TIDE_GANG_HOSTS" >> %s; sleep %s`
+
+// TestGangsStartWholeOnRealWorkers: two 3-instance gangs on two worker
+// processes with room for 4 such instances at once: one gang runs whole,
+// the other waits whole and then runs whole; no poll ever sees part of a
+// gang running while the rest waits (never 2+2). Each instance's process
+// reads its gang, rank, size and every rank's host from its environment.
+func TestGangsStartWholeOnRealWorkers(t *testing.T) {
+	cl := newCluster(t)
+	cl.startHead()
+	cl.startWorker("gw1", freePort(t)+1000)
+	cl.startWorker("gw2", freePort(t)+2000)
+	out := filepath.Join(cl.dir, "gangs.txt")
+	for _, g := range []string{"ga", "gb"} {
+		ids := cl.submitGang(gangSpec{cmd: fmt.Sprintf(gangCmd, out, "2"), cpu: 2, replicas: 3,
+			gang: &httpapi.GangRequest{Name: g}, labels: map[string]string{"gang": g}})
+		if len(ids) != 3 {
+			t.Fatalf("gang %s: %d instances", g, len(ids))
+		}
+	}
+	ctx := context.Background()
+	polls, sawWait := 0, false
+	cl.waitFor(90*time.Second, "both gangs to complete", func() (bool, string) {
+		polls++
+		done := 0
+		active := map[string]int{}
+		for _, g := range []string{"ga", "gb"} {
+			ins, err := cl.c.Instances(ctx, client.ListOptions{Labels: map[string]string{"gang": g}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			byStatus := map[string]int{}
+			for _, in := range ins {
+				byStatus[in.Status]++
+			}
+			active[g] = byStatus["ASSIGNED"] + byStatus["RUNNING"]
+			if active[g] > 0 && byStatus["PENDING"] > 0 {
+				t.Fatalf("gang %s partly placed: %v", g, byStatus)
+			}
+			if byStatus["FAILED"]+byStatus["CANCELLED"] > 0 {
+				t.Fatalf("gang %s: %v", g, byStatus)
+			}
+			if byStatus["PENDING"] == 3 && (active["ga"] > 0 || active[g] > 0) {
+				sawWait = true
+			}
+			done += byStatus["COMPLETED"]
+		}
+		if active["ga"]+active["gb"] > 4 {
+			t.Fatalf("%v instances active on room for 4", active)
+		}
+		return done == 6, fmt.Sprintf("%d completed, active %v", done, active)
+	})
+	if !sawWait {
+		t.Fatal("never saw a gang wait whole while the other ran")
+	}
+	lines := gangLines(t, out)
+	for _, g := range []string{"ga", "gb"} {
+		ls := lines[g]
+		if len(ls) != 3 {
+			t.Fatalf("gang %s started %d processes: %v", g, len(ls), ls)
+		}
+		var ranks []string
+		hosts := strings.Fields(ls[0])[3]
+		for _, l := range ls {
+			f := strings.Fields(l)
+			ranks = append(ranks, f[1])
+			if f[2] != "3" || f[3] != hosts || len(strings.Split(hosts, ",")) != 3 || strings.Contains(","+hosts+",", ",,") {
+				t.Fatalf("gang %s: line %q, want size 3 and the same 3 hosts %q", g, l, hosts)
+			}
+		}
+		slices.Sort(ranks)
+		if !slices.Equal(ranks, []string{"0", "1", "2"}) {
+			t.Fatalf("gang %s ranks %v", g, ranks)
+		}
+	}
+	t.Logf("%d polls; gangs ran one after the other, whole", polls)
+}
+
+// TestPriorityPreemptsOnRealWorkers: on a full worker of a pool that cannot
+// grow, a waiting instance of higher priority preempts the restartable
+// instance of lower priority (after the grace; its process is stopped, it
+// is requeued, an event names both) and never the non-restartable one,
+// whatever its priority.
+func TestPriorityPreemptsOnRealWorkers(t *testing.T) {
+	cl := newCluster(t)
+	cl.headArgs = []string{"--preempt-grace", "1s"}
+	cl.startHead()
+	cl.startWorker("pw1", freePort(t)+1000)
+	pids := filepath.Join(cl.dir, "pids")
+	if err := os.Mkdir(pids, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sleeper := func(name string) string {
+		return fmt.Sprintf(`echo $$ > %s/%s.$(date +%%s%%N); exec sleep 300`, pids, name)
+	}
+	lo := cl.submitGang(gangSpec{cmd: sleeper("lo"), cpu: 2, priority: 1, restartable: true})[0]
+	fixed := cl.submitGang(gangSpec{cmd: sleeper("fixed"), cpu: 2, priority: -5})[0]
+	cl.waitStatus(lo, "RUNNING", 30*time.Second)
+	cl.waitStatus(fixed, "RUNNING", 30*time.Second)
+	hi := cl.submitGang(gangSpec{cmd: sleeper("hi"), cpu: 2, priority: 10})[0]
+	cl.waitStatus(hi, "RUNNING", 30*time.Second)
+	if in := cl.get(lo); in.Status != "PENDING" || deref(in.FailureReason) != "PREEMPTED" {
+		t.Fatalf("low-priority restartable instance: %s, reason %v", in.Status, deref(in.FailureReason))
+	}
+	if in := cl.get(fixed); in.Status != "RUNNING" || in.Attempt != 1 {
+		t.Fatalf("non-restartable instance: %s attempt %d", in.Status, in.Attempt)
+	}
+	// The preempted attempt's process is gone.
+	loPIDs, _ := filepath.Glob(filepath.Join(pids, "lo.*"))
+	if len(loPIDs) != 1 {
+		t.Fatalf("lo started %d times", len(loPIDs))
+	}
+	b, _ := os.ReadFile(loPIDs[0])
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.waitFor(20*time.Second, "the preempted process to exit", func() (bool, string) {
+		err := syscall.Kill(pid, 0)
+		return err == syscall.ESRCH, fmt.Sprint(err)
+	})
+	evs, err := cl.c.Events(context.Background(), client.EventOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	named := false
+	for _, e := range evs {
+		reasons = append(reasons, e.Reason)
+		if e.Reason == "Preempting" && strings.Contains(e.Message, hi) && strings.Contains(e.Message, lo) {
+			named = true
+		}
+	}
+	if !named || !slices.Contains(reasons, "InstancePreempted") {
+		t.Fatalf("events %v: want Preempting naming %s and %s, then InstancePreempted", reasons, hi, lo)
+	}
+	// Nothing running now may be preempted: fixed is not restartable, hi
+	// neither. A waiting instance of the highest priority waits.
+	top := cl.submitGang(gangSpec{cmd: sleeper("top"), cpu: 2, priority: 100})[0]
+	time.Sleep(4 * time.Second) // 4 preempt graces, 8 scheduler intervals
+	if in := cl.get(top); in.Status != "PENDING" {
+		t.Fatalf("top %s", in.Status)
+	}
+	for _, id := range []string{fixed, hi} {
+		if in := cl.get(id); in.Status != "RUNNING" || in.Attempt != 1 {
+			t.Fatalf("%s preempted: %s attempt %d", id, in.Status, in.Attempt)
+		}
+	}
+	for _, id := range []string{lo, fixed, hi, top} {
+		cl.cancel(id, time.Second)
+	}
+}
+
+// TestGangFailsWholeWithoutNodes: a local-provider pool of at most 2
+// one-core nodes cannot give a gang of 3 one-core instances: no node is
+// bought for it at any time, and once its max_wait passed it fails whole
+// with the reason. A gang of 2 then gets both its nodes in one scale-up
+// (the desired count goes from 0 to 2, never 1) and runs whole.
+func TestGangFailsWholeWithoutNodes(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "pools.yaml")
+	if err := os.WriteFile(conf, []byte(`pools:
+  - name: gp
+    provider: {type: local}
+    nodes: [0, 2]
+    offerings:
+      - {type: local-1cpu, cpu: 1, memory: 256Mi, price: 1}
+    scaling: {policy: tide, idle_timeout: 2s, batch_window: 200ms, reconcile_interval: 250ms}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl := newCluster(t)
+	cl.headArgs = []string{"--config", conf}
+	cl.startHead()
+	ctx := context.Background()
+	pool := func() httpapi.PoolJSON {
+		ps, err := cl.c.Pools(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps {
+			if p.Name == "gp" {
+				return p
+			}
+		}
+		t.Fatal("pool gp not listed")
+		return httpapi.PoolJSON{}
+	}
+	out := filepath.Join(cl.dir, "gangs.txt")
+	big := cl.submitGang(gangSpec{cmd: fmt.Sprintf(gangCmd, out, "1"), cpu: 1, replicas: 3, pool: "gp",
+		gang: &httpapi.GangRequest{Name: "big", MaxWait: "4s"}})
+	cl.waitFor(30*time.Second, "the gang of 3 to fail", func() (bool, string) {
+		if p := pool(); p.Desired != 0 || p.Ready+p.Pending+p.Workers != 0 {
+			t.Fatalf("nodes bought for a gang the pool cannot hold: desired %d, ready %d, pending %d, workers %d",
+				p.Desired, p.Ready, p.Pending, p.Workers)
+		}
+		failed := 0
+		for _, id := range big {
+			in := cl.get(id)
+			if in.Status == "FAILED" {
+				failed++
+				if r := deref(in.FailureReason); !strings.Contains(fmt.Sprint(r), "gang big (3 instances) not placed within 4s") {
+					t.Fatalf("reason %v", r)
+				}
+			} else if in.Status != "PENDING" {
+				t.Fatalf("gang member %s", in.Status)
+			}
+		}
+		return failed == 3, fmt.Sprintf("%d of 3 failed", failed)
+	})
+	small := cl.submitGang(gangSpec{cmd: fmt.Sprintf(gangCmd, out, "1"), cpu: 1, replicas: 2, pool: "gp",
+		gang: &httpapi.GangRequest{Name: "pair", MaxWait: "2m"}})
+	var desired []int
+	cl.waitFor(90*time.Second, "the gang of 2 to complete", func() (bool, string) {
+		if d := pool().Desired; len(desired) == 0 || desired[len(desired)-1] != d {
+			desired = append(desired, d)
+		}
+		done := 0
+		for _, id := range small {
+			switch in := cl.get(id); in.Status {
+			case "COMPLETED":
+				done++
+			case "PENDING", "ASSIGNED", "RUNNING":
+			default:
+				t.Fatalf("pair member %s: %v", in.Status, deref(in.FailureReason))
+			}
+		}
+		return done == 2, fmt.Sprintf("%d of 2 completed, desired so far %v", done, desired)
+	})
+	if len(desired) < 2 || desired[0] != 0 || desired[1] != 2 {
+		t.Fatalf("desired node counts %v: want 0 then 2 (one scale-up for the whole gang)", desired)
+	}
+	lines := gangLines(t, out)
+	if len(lines["big"]) != 0 || len(lines["pair"]) != 2 {
+		t.Fatalf("started: %v", lines)
+	}
+	t.Logf("desired node counts seen: %v", desired)
+}
