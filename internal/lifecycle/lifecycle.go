@@ -12,7 +12,8 @@
 //   - Repair is not bound by the disruption budget, nor by the work on the
 //     node (an unhealthy node's work is handled as a lost worker's is), but
 //     by a breaker: while more than MaxUnhealthyPercent of the pool's
-//     joined nodes are unhealthy at once, nothing is repaired (a fault of
+//     joined nodes (rounded up: one node of a pool of up to five at 20 %)
+//     are unhealthy at once, nothing is repaired (a fault of
 //     the whole pool, or of what watches it, is not fixed by replacing
 //     nodes), and the decision says so.
 //   - Drift and expiry are voluntary disruptions: never more nodes at once
@@ -57,7 +58,8 @@ type Config struct {
 	// is replaced; zero: never repaired.
 	RepairAfter time.Duration
 	// MaxUnhealthyPercent is the breaker: no repair while more than this
-	// share of the pool's joined nodes is unhealthy (0: the default, 20).
+	// share of the pool's joined nodes, rounded up to a whole node, is
+	// unhealthy (0: the default, 20).
 	MaxUnhealthyPercent int
 	// ExpireAfter is the oldest a node may get before it is replaced;
 	// zero: nodes never expire.
@@ -108,8 +110,13 @@ type Node struct {
 // Input is what one decision looks at.
 type Input struct {
 	Now time.Time
-	// Nodes are the pool's joined nodes.
+	// Nodes are the pool's joined nodes; a caller may leave out the
+	// healthy ones that are neither drifted, nor expired, nor being
+	// replaced, and state their number in Total.
 	Nodes []Node
+	// Total is the number of joined nodes in the pool (len(Nodes) when
+	// smaller): the breaker's share and percentage budgets are of it.
+	Total int
 	// Disrupting counts the nodes disrupted otherwise (scale-down drains,
 	// consolidation) that count against the budget, besides the nodes
 	// being replaced.
@@ -137,6 +144,9 @@ type Wait struct {
 	Machine string
 	// Reason is the replacement it waits for (or ReasonBreaker).
 	Reason string
+	// Kind is what it waits for: "due" (repair_after not reached),
+	// "breaker", "work" (work that may not be disrupted), "budget".
+	Kind string
 	// Why says what it waits for.
 	Why string
 }
@@ -164,7 +174,7 @@ func Decide(cfg Config, in Input) Decision {
 	var d Decision
 	nodes := slices.Clone(in.Nodes)
 	slices.SortFunc(nodes, func(a, b Node) int { return cmp.Compare(a.ID, b.ID) })
-	total := len(nodes)
+	total := max(len(nodes), in.Total)
 	replacing := 0
 	for _, n := range nodes {
 		if n.Replacing {
@@ -178,9 +188,9 @@ func Decide(cfg Config, in Input) Decision {
 	// Repair, under the breaker.
 	if cfg.RepairAfter > 0 && d.Unhealthy > 0 {
 		limit := cfg.maxUnhealthy()
-		if d.Unhealthy*100 > limit*total {
-			d.Breaker = fmt.Sprintf("%d of %d nodes are unhealthy (%d%%), more than the %d%% breaker: no node is repaired until fewer are",
-				d.Unhealthy, total, d.Unhealthy*100/total, limit)
+		if allowed := (limit*total + 99) / 100; d.Unhealthy > allowed {
+			d.Breaker = fmt.Sprintf("%d of %d nodes are unhealthy (%d%%), more than the %d%% breaker allows (%d): no node is repaired until fewer are",
+				d.Unhealthy, total, d.Unhealthy*100/total, limit, allowed)
 		}
 		for _, n := range nodes {
 			if n.Unhealthy == "" || n.Replacing {
@@ -189,10 +199,10 @@ func Decide(cfg Config, in Input) Decision {
 			due := n.UnhealthySince.Add(cfg.RepairAfter)
 			switch {
 			case d.Breaker != "":
-				d.Waits = append(d.Waits, Wait{ID: n.ID, Machine: n.Machine, Reason: ReasonBreaker,
+				d.Waits = append(d.Waits, Wait{ID: n.ID, Machine: n.Machine, Reason: ReasonBreaker, Kind: "breaker",
 					Why: fmt.Sprintf("unhealthy (%s) since %s: %s", n.Unhealthy, stamp(n.UnhealthySince), d.Breaker)})
 			case in.Now.Before(due):
-				d.Waits = append(d.Waits, Wait{ID: n.ID, Machine: n.Machine, Reason: ReasonRepair,
+				d.Waits = append(d.Waits, Wait{ID: n.ID, Machine: n.Machine, Reason: ReasonRepair, Kind: "due",
 					Why: fmt.Sprintf("unhealthy (%s) since %s: repaired at %s unless it recovers", n.Unhealthy, stamp(n.UnhealthySince), stamp(due))})
 			default:
 				d.Replace = append(d.Replace, Replacement{ID: n.ID, Machine: n.Machine, Reason: ReasonRepair,
@@ -235,10 +245,10 @@ func Decide(cfg Config, in Input) Decision {
 	for _, c := range cands {
 		switch {
 		case c.n.Blocked != "":
-			d.Waits = append(d.Waits, Wait{ID: c.n.ID, Machine: c.n.Machine, Reason: c.reason,
+			d.Waits = append(d.Waits, Wait{ID: c.n.ID, Machine: c.n.Machine, Reason: c.reason, Kind: "work",
 				Why: c.why + "; waits: " + c.n.Blocked + " runs there"})
 		case room <= 0:
-			d.Waits = append(d.Waits, Wait{ID: c.n.ID, Machine: c.n.Machine, Reason: c.reason,
+			d.Waits = append(d.Waits, Wait{ID: c.n.ID, Machine: c.n.Machine, Reason: c.reason, Kind: "budget",
 				Why: fmt.Sprintf("%s; waits for the disruption budget (%d of %d being disrupted; %s)",
 					c.why, replacing+len(d.Replace)+in.Disrupting, d.Allowed, d.Budget)})
 		default:

@@ -66,13 +66,23 @@ func TestDecide(t *testing.T) {
 				if i%2 == 0 {
 					n.Unhealthy, n.UnhealthySince = "worker OFFLINE", t0.Add(-time.Hour)
 				}
-			})}, want: " | repair-breaker 0, repair-breaker 2", breaker: true, why: "more than the 20% breaker"},
+			})}, want: " | repair-breaker 0, repair-breaker 2", breaker: true, why: "more than the 20% breaker allows (1)"},
 		{name: "breaker: exactly at the share still repairs", cfg: Config{RepairAfter: time.Minute},
-			in: Input{Now: t0, Nodes: nodes(5, func(i int, n *Node) {
-				if i == 4 {
+			in: Input{Now: t0, Nodes: nodes(10, func(i int, n *Node) {
+				if i >= 8 {
 					n.Unhealthy, n.UnhealthySince = "NotReady", t0.Add(-time.Hour)
 				}
-			})}, want: "repair 4 | "},
+			})}, want: "repair 8, repair 9 | "},
+		{name: "breaker: rounded up, one node of a small pool is repaired", cfg: Config{RepairAfter: time.Minute},
+			in: Input{Now: t0, Nodes: nodes(3, func(i int, n *Node) {
+				if i == 1 {
+					n.Unhealthy, n.UnhealthySince = "NotReady", t0.Add(-time.Hour)
+				}
+			})}, want: "repair 1 | "},
+		{name: "breaker: the healthy nodes left out still count (Total)", cfg: Config{RepairAfter: time.Minute},
+			in: Input{Now: t0, Total: 10, Nodes: nodes(3, func(i int, n *Node) {
+				n.Unhealthy, n.UnhealthySince = "NotReady", t0.Add(-time.Hour)
+			})}, want: " | repair-breaker 0, repair-breaker 1, repair-breaker 2", breaker: true, why: "3 of 10 nodes"},
 		{name: "repair off: unhealthy nodes stay", cfg: Config{},
 			in: Input{Now: t0, Nodes: nodes(5, func(i int, n *Node) {
 				n.Unhealthy, n.UnhealthySince = "NotReady", t0.Add(-time.Hour)
