@@ -49,6 +49,9 @@ type Pool struct {
 	Scaling Scaling `json:"scaling"`
 	// Disruption is the pool's consolidation and its budgets (disruption.go).
 	Disruption *Disruption `json:"disruption,omitempty"`
+	// Lifecycle is what happens to the pool's nodes after launch:
+	// launch and registration timeouts, repair, expiry (lifecycle.go).
+	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
 	// Weight prefers the pool outright when routing an instance that names
 	// no pool (0..100, Karpenter's NodePool weight): among the pools whose
 	// selector and offerings fit, the heaviest first, the cheapest
@@ -293,7 +296,7 @@ func (p *Pool) validate() error {
 	if p.MaxQueued < 0 {
 		errs = append(errs, fmt.Errorf("max_queued: must not be negative, got %d", p.MaxQueued))
 	}
-	if _, err := p.Consolidation(); err != nil {
+	if _, _, _, err := p.LifecycleConfig(); err != nil {
 		errs = append(errs, splitJoined(err)...)
 	}
 	pc := p.PolicyConfig()
