@@ -117,7 +117,8 @@ func (c *Controller) lifecycleStep(now time.Time) {
 			unhealthy++
 		}
 		ln := lifecycle.Node{ID: int(n.id), Machine: n.rec.MachineID, CreatedAt: n.createdAt,
-			Unhealthy: n.unhealthy, UnhealthySince: n.unhealthySince, Drift: c.drift(n), Replacing: repl}
+			Unhealthy: n.unhealthy, UnhealthySince: n.unhealthySince, Drift: c.drift(n), Replacing: repl,
+			Protected: c.cfg.Reconcile.ProtectFirstNode && n.id == 0}
 		expiring := c.cfg.Lifecycle.ExpireAfter > 0 && !n.createdAt.IsZero() && !now.Before(n.createdAt.Add(c.cfg.Lifecycle.ExpireAfter))
 		if ln.Unhealthy == "" && ln.Drift == "" && !expiring && !repl {
 			if n.waitWhy != "" {

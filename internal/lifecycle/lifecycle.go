@@ -105,6 +105,9 @@ type Node struct {
 	// Replacing is set while the node is being replaced: it counts toward
 	// the disruption in progress and is not chosen again.
 	Replacing bool
+	// Protected is the pool's protected first node: repaired, never
+	// replaced for drift or expiry.
+	Protected bool
 }
 
 // Input is what one decision looks at.
@@ -145,7 +148,8 @@ type Wait struct {
 	// Reason is the replacement it waits for (or ReasonBreaker).
 	Reason string
 	// Kind is what it waits for: "due" (repair_after not reached),
-	// "breaker", "work" (work that may not be disrupted), "budget".
+	// "breaker", "work" (work that may not be disrupted), "budget",
+	// "protected" (the protected first node: never, for drift or expiry).
 	Kind string
 	// Why says what it waits for.
 	Why string
@@ -244,6 +248,9 @@ func Decide(cfg Config, in Input) Decision {
 	room := d.Allowed - replacing - len(d.Replace) - in.Disrupting
 	for _, c := range cands {
 		switch {
+		case c.n.Protected:
+			d.Waits = append(d.Waits, Wait{ID: c.n.ID, Machine: c.n.Machine, Reason: c.reason, Kind: "protected",
+				Why: c.why + "; the pool's protected first node is not replaced for it"})
 		case c.n.Blocked != "":
 			d.Waits = append(d.Waits, Wait{ID: c.n.ID, Machine: c.n.Machine, Reason: c.reason, Kind: "work",
 				Why: c.why + "; waits: " + c.n.Blocked + " runs there"})

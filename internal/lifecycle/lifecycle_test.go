@@ -121,6 +121,11 @@ func TestDecide(t *testing.T) {
 		{name: "expiry: a closed window holds everything", cfg: Config{ExpireAfter: time.Hour, Disruption: consolidate.Config{
 			Budgets: []consolidate.Budget{{Nodes: 5, Windows: []consolidate.Window{{Start: 2 * time.Hour, Duration: time.Hour}}}}}},
 			in: Input{Now: t0, Nodes: nodes(2, nil)}, want: " | expired 0, expired 1", why: "closed"},
+		{name: "the protected first node waits for ever, and takes no budget", cfg: Config{Disruption: budget(1)},
+			in: Input{Now: t0, Nodes: nodes(2, func(i int, n *Node) {
+				n.Drift = "x"
+				n.Protected = i == 0
+			})}, want: "drift 1 | drift 0", why: "protected first node"},
 		{name: "unhealthy nodes are not drift candidates", cfg: Config{Disruption: budget(5)},
 			in: Input{Now: t0, Nodes: nodes(2, func(i int, n *Node) {
 				n.Drift = "x"

@@ -522,6 +522,9 @@ func (p *Pool) onReplace(ev Replace) {
 	case p.draining.has(id):
 		p.note(NoteIgnored, fmt.Sprintf("replace of %s, which is already draining", p.nodeText(id)))
 		return
+	case p.protected(id) && ev.Reason != "repair":
+		p.note(NoteIgnored, fmt.Sprintf("replace of %s (%s): the protected first node is only ever replaced by a repair", p.nodeText(id), ev.Reason))
+		return
 	}
 	p.replacing[id] = ev.Reason
 	delete(p.marks, id)
