@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -416,4 +417,199 @@ func httpGet(url string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// TestSIGHUPRollsDriftedNodesOneBudgetAtATime runs `tide head --config` as
+// a process with a local pool of three workers, each running one
+// instance: one that may not be restarted, two restartable. A SIGHUP that
+// changes the pool's labels drifts every node; the pool rolls one node at
+// a time (its budget), each replacement ready before its node drains, the
+// restartable instances move to the replacements, and the node running
+// the non-restartable instance waits (and says why) until that instance
+// ends; then it is replaced too. No non-restartable instance is ever
+// disrupted.
+func TestSIGHUPRollsDriftedNodesOneBudgetAtATime(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pools.yaml")
+	write := func(tier string) {
+		t.Helper()
+		pool := fmt.Sprintf(`pools:
+  - name: roll
+    provider: {type: local}
+    nodes: 3
+    offerings:
+      - {type: l1, cpu: 1, memory: 512Mi, price: 0.1}
+    selector: {labels: {tier: %s}}
+    scaling: {reconcile_interval: 300ms}
+    disruption: {budgets: [{nodes: 1}]}
+`, tier)
+		if err := os.WriteFile(path, []byte(pool), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a")
+	port := freePort(t)
+	logf, err := os.Create(filepath.Join(dir, "head.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(tideBin, "head", "--config", path, "--data-dir", filepath.Join(dir, "data"), "--port", fmt.Sprint(port))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(60 * time.Second):
+				cmd.Process.Kill()
+				<-exited
+			}
+		}
+		killLeftovers(t, dir)
+	})
+	cl, err := client.New(fmt.Sprintf("http://127.0.0.1:%d", port), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta := &testAssembly{t: t, dir: dir, cl: cl}
+	ready := func() []httpapi.NodeJSON {
+		ns, err := cl.Nodes(context.Background(), nil)
+		if err != nil {
+			return nil
+		}
+		return slices.DeleteFunc(ns, func(n httpapi.NodeJSON) bool { return !n.Managed || n.State != head.NodeReady })
+	}
+	wait := func(what string, limit time.Duration, cond func() (bool, string)) {
+		t.Helper()
+		deadline := time.Now().Add(limit)
+		last := ""
+		for time.Now().Before(deadline) {
+			ok, state := cond()
+			if ok {
+				return
+			}
+			last = state
+			select {
+			case err := <-exited:
+				b, _ := os.ReadFile(logf.Name())
+				t.Fatalf("tide head exited (%v) while waiting for %s\n%s", err, what, b)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		evs, _ := cl.Events(context.Background(), client.EventOptions{Limit: httpapi.MaxEventLimit})
+		var b strings.Builder
+		for _, e := range evs {
+			fmt.Fprintf(&b, "%s %s: %s\n", e.Type, e.Reason, e.Message)
+		}
+		t.Fatalf("%s: not within %s; last: %s\nevents:\n%s", what, limit, last, b.String())
+	}
+	wait("three workers join", 90*time.Second, func() (bool, string) { return len(ready()) == 3, fmt.Sprint(len(ready())) })
+	pinned := ta.submit("roll", "sleep 600", false)
+	movers := []string{ta.submit("roll", "sleep 600", true), ta.submit("roll", "sleep 600", true)}
+	wait("the three instances run", 60*time.Second, func() (bool, string) {
+		for _, id := range append([]string{pinned}, movers...) {
+			if in := ta.instance(id); in.Status != "RUNNING" {
+				return false, id + " " + in.Status
+			}
+		}
+		return true, ""
+	})
+	pinnedNode := deref(ta.instance(pinned).AssignedTo)
+	old := map[string]bool{}
+	for _, n := range ready() {
+		old[n.MachineID] = true
+	}
+
+	write("b")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	maxReplacing, minReady := 0, 3
+	check := func() {
+		t.Helper()
+		ns, err := cl.Nodes(context.Background(), nil)
+		if err != nil {
+			return
+		}
+		replacing, readyNow := 0, 0
+		for _, n := range ns {
+			if n.Managed && n.Replacing != "" {
+				replacing++
+			}
+			// Workers in service: the view of a pool whose controller has
+			// not ticked since the reload lists them unmanaged.
+			if n.Pool == "roll" && n.WorkerStatus == string(store.WorkerOnline) && !n.Cordoned {
+				readyNow++
+			}
+		}
+		maxReplacing = max(maxReplacing, replacing)
+		minReady = min(minReady, readyNow)
+		if in := ta.instance(pinned); in.Status != "RUNNING" || in.Attempt != 1 || deref(in.AssignedTo) != pinnedNode {
+			t.Fatalf("the non-restartable instance was disrupted: %s attempt %d on %s", in.Status, in.Attempt, deref(in.AssignedTo))
+		}
+	}
+	wait("the two nodes without non-restartable work are replaced", 180*time.Second, func() (bool, string) {
+		check()
+		var left []string
+		for _, n := range ready() {
+			if old[n.MachineID] {
+				left = append(left, n.MachineID)
+			}
+		}
+		return len(left) == 1 && left[0] == pinnedNode && len(ready()) == 3, fmt.Sprint(left)
+	})
+	for _, id := range movers {
+		wait("the restartable instances run on the new nodes", 60*time.Second, func() (bool, string) {
+			check()
+			in := ta.instance(id)
+			return in.Status == "RUNNING" && !old[deref(in.AssignedTo)], fmt.Sprintf("%s on %s", in.Status, deref(in.AssignedTo))
+		})
+	}
+	wait("the pinned node says why it waits", 30*time.Second, func() (bool, string) {
+		for _, n := range ready() {
+			if n.MachineID == pinnedNode {
+				return strings.Contains(n.Disruption, "non-restartable work") && strings.Contains(n.Disruption, "drifted"), n.Disruption
+			}
+		}
+		return false, "pinned node not listed"
+	})
+	if maxReplacing != 1 {
+		t.Errorf("at most %d nodes were seen replaced at once, want 1 (the budget)", maxReplacing)
+	}
+	if minReady < 3 {
+		t.Errorf("only %d workers in service at one point: a drifted node was cordoned before its replacement was ready", minReady)
+	}
+	evs, err := cl.Events(context.Background(), client.EventOptions{Limit: httpapi.MaxEventLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drifts := 0
+	for _, e := range evs {
+		if e.Reason == controller.ReasonDrift {
+			drifts++
+		}
+	}
+	if drifts != 2 {
+		t.Errorf("%d drift replacements before the pinned instance ended, want 2", drifts)
+	}
+	// Its instance ends: the last drifted node is replaced too.
+	if _, err := cl.Cancel(context.Background(), pinned, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait("the last drifted node is replaced", 120*time.Second, func() (bool, string) {
+		var left []string
+		for _, n := range ready() {
+			if old[n.MachineID] {
+				left = append(left, n.MachineID)
+			}
+		}
+		return len(left) == 0 && len(ready()) == 3, fmt.Sprint(left)
+	})
+	t.Logf("rolled 3 drifted nodes, at most %d at once, never fewer than %d ready", maxReplacing, minReady)
 }
