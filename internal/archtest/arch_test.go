@@ -23,6 +23,7 @@ var purePackages = []string{
 	"internal/consolidate",
 	"internal/reconcile",
 	"internal/deletion",
+	"internal/lifecycle",
 	"internal/decide",
 	"internal/strictjson",
 	"internal/scheduler",

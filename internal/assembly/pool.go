@@ -93,6 +93,7 @@ func (a *Assembly) check(source string, pools []config.Pool, running map[string]
 
 // controllerConfig is pool pc's controller configuration.
 func (a *Assembly) controllerConfig(pc config.Pool) controller.Config {
+	lc, launch, register, _ := pc.LifecycleConfig() // validated with the file
 	return controller.Config{
 		Pool:              pc.Name,
 		Reconcile:         pc.ReconcileConfig(),
@@ -101,6 +102,14 @@ func (a *Assembly) controllerConfig(pc config.Pool) controller.Config {
 		ControllerID:      a.cfg.ControllerID,
 		ReconcileInterval: pc.ReconcileEvery(),
 		OrphanGrace:       time.Duration(pc.Scaling.OrphanGrace),
+		LaunchTimeout:     launch,
+		// A machine has joined once its worker registered with the head,
+		// not once its process runs or its instance is tagged; machines
+		// that run no worker (sim) join when the provider says so.
+		RegistrationTimeout: register,
+		RequireRegistration: build.RunsNoAgent(pc.Provider.Type) == "",
+		Lifecycle:           lc,
+		NodeHash:            pc.NodeHashes(nil),
 	}
 }
 
@@ -332,7 +341,8 @@ func (p *pool) status(retiring bool) head.PoolStatus {
 		}
 		ps.Machines = append(ps.Machines, head.MachineStatus{Ordinal: int(n.ID), MachineID: n.MachineID,
 			Offering: n.Offering, State: state, Resources: offeringResources(p.cfg.Offerings, n.Offering),
-			PricePerHour: offeringPrice(p.cfg.Offerings, n.Offering)})
+			PricePerHour: offeringPrice(p.cfg.Offerings, n.Offering),
+			Unhealthy:    n.Unhealthy, Replacing: n.Replacing, Disruption: n.Disruption})
 	}
 	return ps
 }

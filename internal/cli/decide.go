@@ -55,7 +55,11 @@ See docs/decide.md for the format. Use --snapshot - to read standard input.`,
 			if err != nil {
 				return badInput(err)
 			}
-			in := decide.Input{Pool: p.Name, Policy: p.PolicyConfig(), Reconcile: p.ReconcileConfig(), Interval: p.ReconcileEvery()}
+			lc, _, _, err := p.LifecycleConfig()
+			if err != nil {
+				return badInput(err)
+			}
+			in := decide.Input{Pool: p.Name, Policy: p.PolicyConfig(), Reconcile: p.ReconcileConfig(), Interval: p.ReconcileEvery(), Lifecycle: lc}
 			if stepsPath != "" {
 				return runSteps(s, in, cfgPath, stepsPath, output)
 			}

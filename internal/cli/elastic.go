@@ -145,7 +145,7 @@ func newNodesCmd(s Streams) *cobra.Command {
 
 func printNodes(w io.Writer, ns []httpapi.NodeJSON) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POOL\tNODE\tORDINAL\tSTATE\tWORKER\tCPU (USED/TOTAL)\tMEM_MB (USED/TOTAL)\tGPUS (USED/TOTAL)\tINSTANCES\tMARKED\tAGE")
+	fmt.Fprintln(tw, "POOL\tNODE\tORDINAL\tSTATE\tWORKER\tCPU (USED/TOTAL)\tMEM_MB (USED/TOTAL)\tGPUS (USED/TOTAL)\tINSTANCES\tMARKED\tAGE\tLIFECYCLE")
 	for _, n := range ns {
 		worker := n.WorkerStatus
 		if worker == "" {
@@ -166,11 +166,29 @@ func printNodes(w io.Writer, ns []httpapi.NodeJSON) error {
 		if !n.CreatedAt.IsZero() {
 			age = ago(n.AgeSeconds)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%g/%g\t%d/%d\t%d/%d\t%s\t%s\t%s\n", poolName(n.Pool), n.ID, n.Ordinal, n.State,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%g/%g\t%d/%d\t%d/%d\t%s\t%s\t%s\t%s\n", poolName(n.Pool), n.ID, n.Ordinal, n.State,
 			worker, n.UsedResources.CPUCores, n.TotalResources.CPUCores, n.UsedResources.MemoryMB, n.TotalResources.MemoryMB,
-			n.UsedResources.GPUUnits, n.TotalResources.GPUUnits, instances, marked, age)
+			n.UsedResources.GPUUnits, n.TotalResources.GPUUnits, instances, marked, age, lifecycleText(n))
 	}
 	return tw.Flush()
+}
+
+// lifecycleText says what happens to a node beyond scaling: unhealthy,
+// being replaced (repair, drift, expiry) or due to be and waiting.
+func lifecycleText(n httpapi.NodeJSON) string {
+	var parts []string
+	if n.Unhealthy != "" {
+		parts = append(parts, "unhealthy: "+n.Unhealthy)
+	}
+	if n.Disruption != "" {
+		parts = append(parts, n.Disruption)
+	} else if n.Replacing != "" {
+		parts = append(parts, "replacing ("+n.Replacing+")")
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
 }
 
 func newEventsCmd(s Streams) *cobra.Command {

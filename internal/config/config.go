@@ -54,6 +54,9 @@ type Pool struct {
 	Scaling Scaling `json:"scaling"`
 	// Disruption is the pool's consolidation and its budgets (disruption.go).
 	Disruption *Disruption `json:"disruption,omitempty"`
+	// Lifecycle is what happens to the pool's nodes after launch:
+	// launch and registration timeouts, repair, expiry (lifecycle.go).
+	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
 	// Weight prefers the pool outright when routing an instance that names
 	// no pool (0..100, Karpenter's NodePool weight): among the pools whose
 	// selector and offerings fit, the heaviest first, the cheapest
@@ -319,7 +322,7 @@ func (p *Pool) validate() error {
 	if p.MaxWait != 0 && time.Duration(p.MaxWait) < time.Second {
 		errs = append(errs, fmt.Errorf("max_wait: must be 1s or more (or 0 for none), got %s", time.Duration(p.MaxWait)))
 	}
-	if _, err := p.Consolidation(); err != nil {
+	if _, _, _, err := p.LifecycleConfig(); err != nil {
 		errs = append(errs, splitJoined(err)...)
 	}
 	pc := p.PolicyConfig()

@@ -230,3 +230,12 @@ func Karpenter() Config {
 	_ = c.Validate() // fills the horizon and the 10 % budget
 	return c
 }
+
+// Allowed is how many of total nodes the most restrictive budget open at t
+// lets be disrupted at once; 0 when none is open. Drift, expiry and
+// replacement moves (internal/lifecycle) share the pool's budgets with
+// consolidation.
+func (c *Config) Allowed(t time.Time, total int) int { return c.allowed(t, total) }
+
+// BudgetText says what each budget allows at t, for events and notes.
+func (c *Config) BudgetText(t time.Time, total int) string { return c.budgetText(t, total) }

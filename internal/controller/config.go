@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/clock"
+	"github.com/tide-project/tide/internal/lifecycle"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/sdk/provider"
 )
@@ -39,6 +41,14 @@ const (
 	// consistent reads (EC2 tags), short enough that a stray instance is
 	// not paid for long.
 	DefaultOrphanGrace = 2 * time.Minute
+	// DefaultRegistrationTimeout bounds Configured → registered (the
+	// machine's agent registered with its cluster) when the Workload is an
+	// Inspector that requires registration.
+	DefaultRegistrationTimeout = 10 * time.Minute
+	// DefaultTimeoutsBeforeBackoff is how many launch or registration
+	// timeouts in a row of one offering make it skipped for
+	// CapacityBackoff, as an insufficient-capacity answer does.
+	DefaultTimeoutsBeforeBackoff = 2
 )
 
 // MaxPoolNameLen bounds Config.Pool so that every machine id
@@ -79,6 +89,31 @@ type Config struct {
 	// Configured (and an Idle joined machine to rejoin, and a drained one to
 	// leave its cluster) before it is deleted and replaced.
 	LaunchTimeout time.Duration
+	// RegistrationTimeout is how long a machine the provider reports
+	// Configured may take for its agent to register (a worker with the
+	// head, a Ready Node) before it is deleted and replaced; applies only
+	// when RequireRegistration is set and the Workload is an Inspector.
+	RegistrationTimeout time.Duration
+	// RequireRegistration makes a node join only once the Workload (an
+	// Inspector) reports its agent registered, not as soon as the provider
+	// reports its machine Configured: a process that runs, or a cloud
+	// instance that is tagged, has not joined until its worker did.
+	// Providers whose machines run no agent (sim) leave it off.
+	RequireRegistration bool
+	// TimeoutsBeforeBackoff is how many launch or registration timeouts in
+	// a row of one offering skip it for CapacityBackoff (0: the default, 2).
+	TimeoutsBeforeBackoff int
+	// Lifecycle is the pool's repair, expiry and disruption budget
+	// settings (internal/lifecycle); repair and health need an Inspector.
+	Lifecycle lifecycle.Config
+	// NodeHash is, per offering name, the hash of the pool settings that
+	// shape a node of that offering (config.Pool.NodeHashes). Each machine
+	// is created with its hash as the label HashLabel; a node whose label
+	// differs from its offering's hash, or whose offering is no longer
+	// offered, has drifted and is replaced under the disruption budget.
+	// Empty: no drift detection. A machine without the label (made before
+	// hashes were recorded) never counts as drifted.
+	NodeHash map[string]string
 	// CapacityBackoff is how long an offering is skipped after it answered
 	// InsufficientCapacity, an offering quota or Invalid.
 	CapacityBackoff time.Duration
@@ -130,6 +165,13 @@ func (c Config) withDefaults() Config {
 	if c.CallTimeout == 0 {
 		c.CallTimeout = DefaultCallTimeout
 	}
+	if c.RegistrationTimeout == 0 {
+		c.RegistrationTimeout = DefaultRegistrationTimeout
+	}
+	if c.TimeoutsBeforeBackoff == 0 {
+		c.TimeoutsBeforeBackoff = DefaultTimeoutsBeforeBackoff
+	}
+	c.NodeHash = maps.Clone(c.NodeHash)
 	c.Offerings = slices.Clone(c.Offerings)
 	c.Bootstrap = slices.Clone(c.Bootstrap)
 	return c
@@ -174,10 +216,17 @@ func (c Config) Validate() error {
 	}{
 		{"reconcile_interval", c.ReconcileInterval}, {"launch_timeout", c.LaunchTimeout},
 		{"capacity_backoff", c.CapacityBackoff}, {"call_timeout", c.CallTimeout},
+		{"registration_timeout", c.RegistrationTimeout},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %s", d.field, d.v))
 		}
+	}
+	if err := c.Lifecycle.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.TimeoutsBeforeBackoff < 0 {
+		errs = append(errs, fmt.Errorf("timeouts_before_backoff: must not be negative, got %d", c.TimeoutsBeforeBackoff))
 	}
 	if c.MaxRetries < 0 {
 		errs = append(errs, fmt.Errorf("max_retries: must not be negative, got %d", c.MaxRetries))

@@ -80,6 +80,15 @@ type Controller struct {
 	dirty []reconcile.NodeID
 	// claimed marks the machines of list that a node holds (observe).
 	claimed []bool
+	// info is this tick's Inspect answer (infoOK: it succeeded); refs is
+	// the node list asked, kept for its backing array.
+	info   map[string]NodeInfo
+	infoOK bool
+	refs   []Node
+	// timeouts counts the launch and registration timeouts in a row of
+	// each offering; breaker is the repair breaker's last text.
+	timeouts map[string]int
+	breaker  string
 
 	mu     sync.Mutex
 	inbox  []reconcile.Event
@@ -254,7 +263,9 @@ func (c *Controller) pass(ctx context.Context, tick bool) error {
 			}
 		}
 		if listed {
+			c.inspect(ctx)
 			c.observe(ctx)
+			c.lifecycleStep(c.clock.Now())
 		}
 		c.sweep(ctx, listed)
 		c.advanceDrains(ctx)
@@ -649,6 +660,14 @@ type NodeStatus struct {
 	Joined bool
 	// Draining is set while the node is being drained.
 	Draining bool
+	// Unhealthy says why the joined node is unhealthy ("" when healthy).
+	Unhealthy string
+	// Replacing is the reason the node is being replaced ("" when it is
+	// not): repair, drift, expired.
+	Replacing string
+	// Disruption says why the node is, or is due to be, replaced and what
+	// it waits for (drifted, expiring, unhealthy); "" when nothing.
+	Disruption string
 }
 
 // Status returns a snapshot as of the end of the last Tick or Sync. Safe for
@@ -702,7 +721,8 @@ func (c *Controller) shownNodes() []NodeStatus {
 // status is n's NodeStatus.
 func (n *node) status() NodeStatus {
 	return NodeStatus{ID: n.id, MachineID: n.rec.MachineID, Offering: n.rec.Offering,
-		Host: n.host, Joined: n.joined, Draining: n.drain != drainNone}
+		Host: n.host, Joined: n.joined, Draining: n.drain != drainNone,
+		Unhealthy: n.unhealthy, Replacing: n.replace, Disruption: n.waitWhy}
 }
 
 // changed notes that the status of ordinal id's node changed.

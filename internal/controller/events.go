@@ -78,6 +78,27 @@ const (
 	ReasonInterrupted = "interrupted"
 	// ReasonLaunchTimeout: a machine did not reach Configured in time.
 	ReasonLaunchTimeout = "launch-timeout"
+	// ReasonRegistrationTimeout: a Configured machine's agent did not
+	// register in time; the machine is replaced.
+	ReasonRegistrationTimeout = "registration-timeout"
+	// ReasonOfferingBackedOff: an offering timed out repeatedly (launch or
+	// registration) and is skipped for a while.
+	ReasonOfferingBackedOff = "offering-backed-off"
+	// ReasonUnhealthy and ReasonRecovered: a joined node became unhealthy,
+	// or healthy again.
+	ReasonUnhealthy = "unhealthy"
+	ReasonRecovered = "recovered"
+	// ReasonRepair, ReasonDrift, ReasonExpired: a node is replaced
+	// (lifecycle's reasons); ReasonRepairBreaker: repair is held.
+	ReasonRepair        = "repair"
+	ReasonDrift         = "drift"
+	ReasonExpired       = "expired"
+	ReasonRepairBreaker = "repair-breaker"
+	// ReasonDisruptionWait: a node due for a replacement waits (budget,
+	// work that may not be disrupted, repair_after not reached).
+	ReasonDisruptionWait = "disruption-waits"
+	// ReasonInspectError: the Workload's Inspect failed.
+	ReasonInspectError = "inspect-error"
 	// ReasonInsufficientCapacity: an offering is out of capacity and is
 	// skipped for a while.
 	ReasonInsufficientCapacity = "insufficient-capacity"

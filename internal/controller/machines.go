@@ -45,6 +45,25 @@ type node struct {
 	uncordonOwed bool // an Uncordon failed and is retried
 	// listAt is where the machine was in the last list (a hint).
 	listAt int
+	// configuredAt is when the machine was first seen Configured while
+	// its agent had not registered (RequireRegistration): the
+	// registration timeout runs from it.
+	configuredAt time.Time
+	// createdAt and hash are the machine's creation time and settings
+	// hash label, as last listed.
+	createdAt time.Time
+	hash      string
+	// unhealthy says why the joined node is unhealthy, since
+	// unhealthySince ("" when healthy).
+	unhealthy      string
+	unhealthySince time.Time
+	// replace is the reason the node is being replaced ("" when it is
+	// not); evacuated is set once its restartable work was moved off.
+	replace   string
+	evacuated bool
+	// wait is the last disruption wait reported for the node (its kind
+	// and reason), so that each is reported once; waitWhy says it.
+	wait, waitWhy string
 }
 
 func (n *node) ref(pool string) Node {
@@ -122,10 +141,15 @@ func (c *Controller) untrack(n *node) {
 	c.changed(n.id)
 }
 
-// createRequest is the Create of a journaled machine. It carries no labels:
-// the id already names the pool and the ordinal.
+// createRequest is the Create of a journaled machine. Its only label is the
+// hash of the settings the machine is made with (Config.NodeHash): the id
+// already names the pool and the ordinal.
 func (c *Controller) createRequest(r *Record) provider.CreateRequest {
-	return provider.CreateRequest{Fence: c.fence(), Pool: c.cfg.Pool, MachineID: r.MachineID, Offering: r.Offering}
+	req := provider.CreateRequest{Fence: c.fence(), Pool: c.cfg.Pool, MachineID: r.MachineID, Offering: r.Offering}
+	if h := c.cfg.NodeHash[r.Offering]; h != "" {
+		req.Labels = map[string]string{HashLabel: h}
+	}
+	return req
 }
 
 // skip makes launches pass over an offering for CapacityBackoff.
@@ -444,6 +468,7 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 		n.host = m.Host
 		c.changed(n.id)
 	}
+	n.createdAt, n.hash = m.CreatedAt, m.Labels[HashLabel]
 	if !m.ReclaimAt.IsZero() {
 		notice := "spot interruption notice"
 		if m.Reason != "" {
@@ -465,7 +490,21 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 			return
 		}
 		n.deadline = time.Time{}
+		if !n.joined && c.mustRegister() {
+			if info, ok := c.info[n.rec.MachineID]; !c.infoOK || !ok || !info.Registered {
+				if n.configuredAt.IsZero() {
+					n.configuredAt = now
+				}
+				if !now.Before(n.configuredAt.Add(c.cfg.RegistrationTimeout)) {
+					c.timedOut(ctx, n, ReasonRegistrationTimeout, now,
+						"node %d: machine %s (%s) runs, but its agent did not register within the registration timeout of %s: replacing it",
+						n.id, m.ID, n.rec.Offering, c.cfg.RegistrationTimeout)
+				}
+				return
+			}
+		}
 		if !n.joined {
+			delete(c.timeouts, n.rec.Offering)
 			n.joined = true
 			c.changed(n.id)
 			c.queue = append(c.queue, reconcile.NodeJoined{ID: n.id})
@@ -478,8 +517,8 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 			// Out of its cluster, so empty: the drain is complete.
 			c.drained(n, "left its cluster")
 		case n.expired(now):
-			c.lose(ctx, n, ReasonLaunchTimeout, "node %d: machine %s is still idle after the launch timeout of %s: replacing it",
-				n.id, m.ID, c.cfg.LaunchTimeout)
+			c.timedOut(ctx, n, ReasonLaunchTimeout, now, "node %d: machine %s (%s) is still idle after the launch timeout of %s: replacing it",
+				n.id, m.ID, n.rec.Offering, c.cfg.LaunchTimeout)
 		case mayCall:
 			c.configure(ctx, n, now)
 		}
@@ -497,8 +536,8 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 		}
 	default: // Speculative, Creating, Configuring
 		if n.expired(now) && n.drain == drainNone {
-			c.lose(ctx, n, ReasonLaunchTimeout, "node %d: machine %s is still %s after the launch timeout of %s: replacing it",
-				n.id, m.ID, m.State, c.cfg.LaunchTimeout)
+			c.timedOut(ctx, n, ReasonLaunchTimeout, now, "node %d: machine %s (%s) is still %s after the launch timeout of %s: replacing it",
+				n.id, m.ID, n.rec.Offering, m.State, c.cfg.LaunchTimeout)
 		}
 	}
 }
@@ -756,6 +795,14 @@ func (c *Controller) startDrain(ctx context.Context, id reconcile.NodeID) {
 		c.queue = append(c.queue, reconcile.DrainComplete{ID: id})
 		return
 	}
+	if n.replace == ReasonRepair {
+		// Its replacement is in: the unhealthy node goes as a lost one
+		// does, its work handled as a lost worker's (requeued by its
+		// restart policy), without waiting on an agent that does not answer.
+		c.lose(ctx, n, ReasonRepair, "node %d: machine %s repaired: its replacement joined; it is deleted and its work handled as a lost worker's (%s)",
+			n.id, n.rec.MachineID, n.unhealthy)
+		return
+	}
 	n.drain = drainCordoning
 	c.changed(n.id)
 	n.uncordonOwed = false
@@ -791,12 +838,26 @@ func (c *Controller) advanceDrain(ctx context.Context, n *node) {
 		n.drain = drainWaiting
 		c.changed(n.id)
 	}
+	if n.replace != "" && !n.evacuated {
+		if ev, ok := c.work.(Evacuator); ok {
+			if err := ev.Evacuate(ctx, ref); err != nil {
+				c.emit(TypeWarning, ReasonWorkloadError, "node %d: move its restartable work off: %v; retried on the next tick", n.id, err)
+				return
+			}
+		}
+		n.evacuated = true
+	}
 	busy, err := c.work.Busy(ctx, ref)
 	if err != nil {
 		c.emit(TypeWarning, ReasonWorkloadError, "node %d: busy: %v; asked again on the next tick", n.id, err)
 		return
 	}
 	if busy {
+		if n.replace != "" && n.wait != "drain-busy" {
+			n.wait = "drain-busy"
+			c.emit(TypeNormal, ReasonDisruptionWait, "node %d: machine %s is replaced (%s); its drain waits for the work that may not move to end",
+				n.id, n.rec.MachineID, n.replace)
+		}
 		return
 	}
 	ack, err := c.prov.Drain(ctx, provider.DrainRequest{Fence: c.fence(), Pool: c.cfg.Pool, MachineID: n.rec.MachineID})

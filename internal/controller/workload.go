@@ -80,6 +80,41 @@ type MarkReader interface {
 	MarkedAt(ctx context.Context, n Node) (time.Time, error)
 }
 
+// NodeInfo is what an Inspector knows of one node's agent.
+type NodeInfo struct {
+	// Registered is set once the node's agent registered with its cluster
+	// (a worker of the machine's name with the head; its Node in
+	// Kubernetes).
+	Registered bool
+	// Unhealthy says why the registered agent is unhealthy now ("" when it
+	// is healthy): a worker OFFLINE, a Node NotReady or carrying a
+	// condition the pool names.
+	Unhealthy string
+	// Blocked says why the node's work may not be disrupted now ("" when
+	// it may): non-restartable work, or work labelled
+	// tide.dev/do-not-disrupt. Drift and expiry wait for it.
+	Blocked string
+}
+
+// Inspector is an optional extension of a Workload: what the cluster knows
+// of the pool's nodes, asked once per tick for every node the controller
+// tracks. It makes registration (RequireRegistration), repair and the
+// do-not-disrupt rules of drift and expiry possible. The answer is keyed by
+// machine id; a node left out is not registered. An error is reported as an
+// event and the tick goes on without it: no node joins, none is judged.
+type Inspector interface {
+	Inspect(ctx context.Context, nodes []Node) (map[string]NodeInfo, error)
+}
+
+// Evacuator is an optional extension of a Workload: Evacuate moves the
+// restartable work off a cordoned node that is being replaced (drift,
+// expiry), so that the drain does not wait for it to end; work that may
+// not move is left to end by itself. Errors are reported as events and the
+// call is retried on the next tick while the drain waits.
+type Evacuator interface {
+	Evacuate(ctx context.Context, n Node) error
+}
+
 // IdleWorkload is the Workload of a pool that runs nothing the controller
 // must wait for (the simulator's pools, benchmarks): dispatch changes are
 // no-ops and every node is empty.

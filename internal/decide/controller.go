@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/lifecycle"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/internal/validate"
@@ -75,6 +76,21 @@ type Machine struct {
 	// Running lists the instances on the machine; a non-daemon one makes
 	// it busy, so it is never drained, marked or terminated by scale-down.
 	Running []capacity.Instance `json:"running,omitempty"`
+	// CreatedAt is when the machine was created (expire_after counts from
+	// it); zero: it never expires.
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	// Unhealthy says why a joined machine is unhealthy (worker OFFLINE,
+	// Node NotReady), since UnhealthySince.
+	Unhealthy      string    `json:"unhealthy,omitempty"`
+	UnhealthySince time.Time `json:"unhealthy_since,omitzero"`
+	// Drifted says how the pool settings that shaped the machine changed.
+	Drifted string `json:"drifted,omitempty"`
+	// Blocked says why the machine's work may not be disrupted
+	// (non-restartable work, do-not-disrupt): drift and expiry wait.
+	Blocked string `json:"blocked,omitempty"`
+	// Replacing is the reason a joined machine is being replaced (repair,
+	// drift, expired): a node is launched in its place before it drains.
+	Replacing string `json:"replacing,omitempty"`
 }
 
 // ProvisionCall is the one provision call a pool may have in flight.
@@ -113,7 +129,8 @@ type Plan struct {
 type Action struct {
 	// Event is the reconciler event whose step produced the action ("" for waits).
 	Event string `json:"event,omitempty"`
-	// Kind is provision, drain, abort-drain, terminate, mark, unmark, note or wait.
+	// Kind is provision, drain, abort-drain, terminate, mark, unmark,
+	// replace (repair, drift, expired: Code says which), note or wait.
 	Kind string `json:"action"`
 	// Nodes are the ordinals the action is about.
 	Nodes []int `json:"nodes,omitempty"`
@@ -142,6 +159,12 @@ func (c *Controller) validate(where string) []error {
 		seen[m.Ordinal] = true
 		if !slices.Contains(MachineStates, m.State) {
 			errs = append(errs, fmt.Errorf("%s.state: want one of %s, got %q", at, strings.Join(MachineStates, ", "), m.State))
+		}
+		if m.Replacing != "" && m.State != MachineReady && m.State != MachineDraining && m.State != MachineDrained {
+			errs = append(errs, fmt.Errorf("%s.replacing: only a ready, draining or drained machine is replaced, this one is %s", at, m.State))
+		}
+		if (m.Unhealthy != "") != !m.UnhealthySince.IsZero() {
+			errs = append(errs, fmt.Errorf("%s.unhealthy_since: set exactly when unhealthy is", at))
 		}
 		if (m.State == MachineMarked) != !m.MarkedAt.IsZero() {
 			errs = append(errs, fmt.Errorf("%s.marked_at: set exactly when the state is marked", at))
@@ -206,7 +229,7 @@ func plan(in Input, s *Snapshot, d policy.Decision) (*Plan, error) {
 	// The pool before the step: lost and drained machines are still what
 	// they were (the controller sees them at a tick), and a draining
 	// machine that became busy is first restored as draining.
-	v := reconcile.View{Desired: s.Desired, Reason: "snapshot", Marks: map[reconcile.NodeID]time.Time{}}
+	v := reconcile.View{Desired: s.Desired, Reason: "snapshot", Marks: map[reconcile.NodeID]time.Time{}, Replacing: map[reconcile.NodeID]string{}}
 	if c.Backoff != nil {
 		v.Backoff = *c.Backoff
 	}
@@ -228,6 +251,9 @@ func plan(in Input, s *Snapshot, d policy.Decision) (*Plan, error) {
 			}
 		case MachineMarked:
 			v.Marks[id] = m.MarkedAt
+		}
+		if m.Replacing != "" {
+			v.Replacing[id] = m.Replacing
 		}
 		v.Current = append(v.Current, id)
 		if busy[m.Ordinal] && m.State != MachineDraining && m.State != MachineDrained {
@@ -290,7 +316,11 @@ func plan(in Input, s *Snapshot, d policy.Decision) (*Plan, error) {
 				Reason: fmt.Sprintf("node %d is %s: the controller sees it at the next tick, %s", m.Ordinal, m.State, stamp(next))})
 		}
 	}
+	var lifeActs []Action
 	if ticks {
+		var reps []reconcile.Event
+		reps, lifeActs = lifecycleStep(in, s, c.Machines)
+		events = append(events, reps...)
 		events = append(events, reconcile.Tick{})
 	}
 
@@ -299,6 +329,14 @@ func plan(in Input, s *Snapshot, d policy.Decision) (*Plan, error) {
 		backoff := pool.View().Backoff
 		acts := pool.Step(s.Time, ev)
 		out.Events = append(out.Events, ev.String())
+		if r, ok := ev.(reconcile.Replace); ok {
+			for _, la := range lifeActs {
+				if la.Kind == "replace" && la.Nodes[0] == int(r.ID) {
+					la.Event = ev.String()
+					out.Actions = append(out.Actions, la)
+				}
+			}
+		}
 		for _, a := range acts {
 			act := explain(pool, ev, a, backoff)
 			act.Event = ev.String()
@@ -321,6 +359,11 @@ func plan(in Input, s *Snapshot, d policy.Decision) (*Plan, error) {
 		}
 	}
 	out.Actions = append(out.Actions, waits...)
+	for _, la := range lifeActs {
+		if la.Kind != "replace" {
+			out.Actions = append(out.Actions, la)
+		}
+	}
 	out.Actions = append(out.Actions, waitsAfter(pool, s.Time, next, in.Reconcile.ScaleDownDelay)...)
 	out.After = pool.State().String()
 
@@ -336,6 +379,7 @@ func plan(in Input, s *Snapshot, d policy.Decision) (*Plan, error) {
 	carry := func(id reconcile.NodeID, state string) {
 		m := machines[int(id)]
 		m.Ordinal, m.State, m.MarkedAt = int(id), state, time.Time{}
+		m.Replacing = after.Replacing[id]
 		if state == MachineMarked {
 			m.MarkedAt = after.Marks[id]
 		}
@@ -399,6 +443,8 @@ func explain(pool *reconcile.Pool, ev reconcile.Event, a reconcile.Action, backo
 			why = fmt.Sprintf("the provider created %d of the nodes asked: ask for the rest (%d)", len(ev.IDs), len(a.IDs))
 		case reconcile.NodeLost:
 			why = fmt.Sprintf("node %d was lost and desired is %d: replace it", ev.ID, desired)
+		case reconcile.Replace:
+			why = fmt.Sprintf("node %d is replaced (%s): launch its replacement first; it no longer counts toward desired %d", ev.ID, ev.Reason, desired)
 		case reconcile.Tick:
 			if backoff {
 				why = fmt.Sprintf("the tick retries the failed provision: desired %d, %s", desired, plural(have, "node"))
@@ -406,6 +452,10 @@ func explain(pool *reconcile.Pool, ev reconcile.Event, a reconcile.Action, backo
 		}
 		return Action{Kind: "provision", Nodes: ids, Reason: why}
 	case reconcile.Drain:
+		if r, ok := pool.Replacing()[a.ID]; ok {
+			return Action{Kind: "drain", Nodes: []int{int(a.ID)}, Reason: fmt.Sprintf(
+				"it is replaced (%s) and the joined nodes kept make desired %d without it: drain it (a repaired node is deleted as a lost one)", r, desired)}
+		}
 		why := fmt.Sprintf("desired %d is below the joined nodes kept: drain the excess, highest ordinal first, never a busy or protected node", desired)
 		if d := pool.Config().ScaleDownDelay; d > 0 {
 			why = fmt.Sprintf("its deletion mark is %s old: drain it (desired %d)", d, desired)
@@ -518,3 +568,43 @@ func plural(n int, noun string) string {
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// lifecycleStep decides, as the live controller does at a tick, which
+// joined machines are replaced (lifecycle.Decide on the stated health,
+// drift, age and blocking work): it returns their Replace events and one
+// action per replacement and per machine that waits.
+func lifecycleStep(in Input, s *Snapshot, machines []Machine) ([]reconcile.Event, []Action) {
+	li := lifecycle.Input{Now: s.Time}
+	for _, m := range machines {
+		switch m.State {
+		case MachineReady, MachineMarked:
+		case MachineDraining, MachineDrained:
+			if m.Replacing == "" {
+				li.Disrupting++
+			}
+			if m.Replacing == "" {
+				continue
+			}
+		default:
+			continue
+		}
+		li.Nodes = append(li.Nodes, lifecycle.Node{ID: m.Ordinal, Machine: strconv.Itoa(m.Ordinal), CreatedAt: m.CreatedAt,
+			Unhealthy: m.Unhealthy, UnhealthySince: m.UnhealthySince, Drift: m.Drifted, Blocked: m.Blocked, Replacing: m.Replacing != "",
+			Protected: in.Reconcile.ProtectFirstNode && m.Ordinal == 0})
+	}
+	d := lifecycle.Decide(in.Lifecycle, li)
+	var evs []reconcile.Event
+	var acts []Action
+	for _, r := range d.Replace {
+		evs = append(evs, reconcile.Replace{ID: reconcile.NodeID(r.ID), Reason: r.Reason})
+		acts = append(acts, Action{Kind: "replace", Nodes: []int{r.ID}, Code: r.Reason, Reason: r.Why +
+			"; a node is launched in its place before it is drained"})
+	}
+	if d.Breaker != "" {
+		acts = append(acts, Action{Kind: "note", Code: lifecycle.ReasonBreaker, Reason: "repair held: " + d.Breaker})
+	}
+	for _, w := range d.Waits {
+		acts = append(acts, Action{Kind: "wait", Nodes: []int{w.ID}, Code: w.Reason, Reason: w.Why})
+	}
+	return evs, acts
+}

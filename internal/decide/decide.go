@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/lifecycle"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/internal/validate"
@@ -64,6 +65,11 @@ type Input struct {
 	Reconcile reconcile.Config
 	// Interval is the pool's reconcile tick interval.
 	Interval time.Duration
+	// Lifecycle is the pool's repair, expiry and disruption budget
+	// settings (config.Pool.LifecycleConfig): with it, a tick of the
+	// controller view also decides which machines are replaced (repair,
+	// drift, expiry) and says which wait.
+	Lifecycle lifecycle.Config
 }
 
 // Result is the output of one decision.

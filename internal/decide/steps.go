@@ -145,6 +145,15 @@ func merge(carried Controller, step *Controller) *Controller {
 		old := &c.Machines[i]
 		if m.State != "" {
 			old.State, old.MarkedAt = m.State, m.MarkedAt
+			// A restated machine states its health, drift and work anew;
+			// its age and whether it is being replaced carry over.
+			old.Unhealthy, old.UnhealthySince, old.Drifted, old.Blocked = m.Unhealthy, m.UnhealthySince, m.Drifted, m.Blocked
+			if !m.CreatedAt.IsZero() {
+				old.CreatedAt = m.CreatedAt
+			}
+			if m.Replacing != "" {
+				old.Replacing = m.Replacing
+			}
 		}
 		if !m.Resources.IsZero() {
 			old.Resources = m.Resources

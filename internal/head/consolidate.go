@@ -133,3 +133,36 @@ func (h *Head) MoveOff(ctx context.Context, worker string, targets map[string]st
 	}
 	return moved, nil
 }
+
+// Evacuate ends the current attempt of every instance on a cordoned
+// worker that may move (restartable, not pinned, not do-not-disrupt, not
+// a daemon), so that each is placed elsewhere (store.MoveInstance, as
+// MoveOff does); the others are left to end by themselves. It is how a
+// node being replaced (drift, expiry) is emptied without disrupting work
+// that may not be: its drain then waits for that work alone. It returns
+// the ids moved.
+func (h *Head) Evacuate(ctx context.Context, worker string) ([]string, error) {
+	active, err := h.activeOn(ctx, map[string]bool{worker: true})
+	if err != nil {
+		return nil, err
+	}
+	var moved []string
+	for _, in := range active {
+		if ci := consolidationInstance(in); ci.Daemon || !ci.Restartable || ci.DoNotDisrupt {
+			continue
+		}
+		ok, err := h.st.MoveInstance(ctx, in.ID, in.Attempt, worker, store.ReasonMoved, h.clk.Now())
+		if err != nil {
+			return moved, err
+		}
+		if ok {
+			moved = append(moved, in.ID)
+			h.log.Info("instance moved off a node being replaced", "instance", in.ID, "attempt", in.Attempt, "worker", worker)
+		}
+	}
+	if len(moved) > 0 {
+		h.notify.wake(worker)
+		h.Poke()
+	}
+	return moved, nil
+}

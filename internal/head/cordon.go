@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/store"
@@ -115,3 +116,62 @@ func (w workload) MachineDeleted(ctx context.Context, n controller.Node) error {
 }
 
 var _ controller.DeletionObserver = workload{}
+
+// Inspect tells the controller what the head knows of a pool's nodes
+// (controller.Inspector): a node is registered once a worker of its
+// machine's name registered, unhealthy while that worker is OFFLINE, and
+// blocked while it runs work that may not be disrupted (not restartable,
+// pinned to the worker or to GPU indices, or labelled
+// tide.dev/do-not-disrupt). One listing of the workers and of the active
+// instances serves every node.
+func (w workload) Inspect(ctx context.Context, nodes []controller.Node) (map[string]controller.NodeInfo, error) {
+	want := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		want[n.MachineID] = true
+	}
+	ws, err := w.h.st.ListWorkers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: %w", err)
+	}
+	out := make(map[string]controller.NodeInfo, len(nodes))
+	for _, wk := range ws {
+		if !want[wk.ID] {
+			continue
+		}
+		info := controller.NodeInfo{Registered: true}
+		if wk.Status == store.WorkerOffline {
+			info.Unhealthy = "worker OFFLINE, last heard " + wk.LastHeartbeatAt.UTC().Format(time.RFC3339)
+		}
+		out[wk.ID] = info
+	}
+	active, err := w.h.activeOn(ctx, want)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: %w", err)
+	}
+	for _, in := range active {
+		info, ok := out[in.AssignedWorker]
+		if !ok || info.Blocked != "" {
+			continue
+		}
+		switch ci := consolidationInstance(in); {
+		case ci.Daemon:
+		case ci.DoNotDisrupt:
+			info.Blocked = "do-not-disrupt work (instance " + in.ID + ")"
+		case !ci.Restartable:
+			info.Blocked = "non-restartable work (instance " + in.ID + ")"
+		}
+		out[in.AssignedWorker] = info
+	}
+	return out, nil
+}
+
+var _ controller.Inspector = workload{}
+
+// Evacuate moves the restartable work off the worker of a node being
+// replaced (controller.Evacuator): see Head.Evacuate.
+func (w workload) Evacuate(ctx context.Context, n controller.Node) error {
+	_, err := w.h.Evacuate(ctx, n.MachineID)
+	return err
+}
+
+var _ controller.Evacuator = workload{}

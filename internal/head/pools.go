@@ -79,6 +79,11 @@ type MachineStatus struct {
 	// PricePerHour is what the machine costs per hour (its offering's
 	// price); the pool's cost per hour sums it.
 	PricePerHour float64
+	// Unhealthy says why the node is unhealthy ("" when healthy);
+	// Replacing names why it is being replaced (repair, drift, expired);
+	// Disruption says why it is, or is due to be, replaced and what it
+	// waits for.
+	Unhealthy, Replacing, Disruption string
 }
 
 // SetPoolStatus replaces Config.PoolStatus, for wiring that builds its
@@ -192,6 +197,7 @@ func (v *fleetView) node(pool string, ns *MachineStatus, w *store.Worker) httpap
 		}
 		out.TotalResources = httpapi.ResourcesFrom(ns.Resources)
 		out.CreatedAt, out.MarkedAt = ns.CreatedAt.UTC(), ns.MarkedAt.UTC()
+		out.Unhealthy, out.Replacing, out.Disruption = ns.Unhealthy, ns.Replacing, ns.Disruption
 	}
 	if w != nil {
 		if ns == nil {

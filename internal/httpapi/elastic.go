@@ -133,6 +133,14 @@ type NodeJSON struct {
 	// MarkedAt is when the node was marked for deletion.
 	MarkedAt time.Time `json:"marked_at,omitzero"`
 	LastSeen time.Time `json:"last_seen,omitzero"`
+	// Unhealthy says why a managed node is unhealthy (worker OFFLINE, Node
+	// NotReady); Replacing why it is being replaced (repair, drift,
+	// expired); Disruption why it is, or is due to be, replaced and what
+	// it waits for (the disruption budget, work that may not move, the
+	// repair breaker). Empty when none applies.
+	Unhealthy  string `json:"unhealthy,omitempty"`
+	Replacing  string `json:"replacing,omitempty"`
+	Disruption string `json:"disruption,omitempty"`
 }
 
 // parseEventQuery reads pool, since and limit. Without since, the newest

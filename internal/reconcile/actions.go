@@ -88,6 +88,9 @@ const (
 	NoteNodeLost = "node-lost"
 	// NoteAdopted: the pool adopted machines (restart, or an unannounced join).
 	NoteAdopted = "adopted"
+	// NoteReplacing: a node is being replaced (Replace): a node is
+	// launched in its place before it is drained.
+	NoteReplacing = "replacing"
 	// NoteIgnored: an event did not match the pool's state and changed nothing.
 	NoteIgnored = "ignored"
 )

@@ -97,6 +97,22 @@ type Adopt struct {
 	Launch []capacity.Launch
 }
 
+// Replace says a joined node is to be replaced: repaired (unhealthy too
+// long), drifted (its pool's settings changed since it was made), expired
+// (older than the pool allows) or swapped for a cheaper offering. The pool
+// launches a node in its place first: a node being replaced no longer
+// counts toward the desired size, so the shortfall is provisioned like any
+// other; once the joined nodes kept make the desired size without it, it
+// is drained (Drain; the drain of a replaced node is never aborted, not
+// even when it becomes busy) and terminated after its DrainComplete.
+// Reason names the cause for notes and the driver ("repair", "drift",
+// "expired", "replace").
+type Replace struct {
+	ID     NodeID
+	Reason string
+}
+
+func (Replace) isEvent()         {}
 func (DesiredChanged) isEvent()  {}
 func (BoundsChanged) isEvent()   {}
 func (Tick) isEvent()            {}
@@ -159,6 +175,9 @@ func (e NodeBusy) String() string {
 	}
 	return fmt.Sprintf("idle %d", e.ID)
 }
+
+// String formats the event for logs and transcripts.
+func (e Replace) String() string { return fmt.Sprintf("replace %d (%s)", e.ID, e.Reason) }
 
 // String formats the event for logs and transcripts.
 func (e DrainComplete) String() string { return fmt.Sprintf("drain complete %d", e.ID) }

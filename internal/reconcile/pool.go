@@ -80,6 +80,10 @@ type Pool struct {
 	draining idSet // subset of current and pending: a draining pending node is a cancelled launch
 	busy     idSet // subset of current: nodes running non-daemon work
 	marks    map[NodeID]time.Time
+	// replacing are the joined nodes being replaced (Replace), with the
+	// reason: they count toward no size, and are drained once the other
+	// joined nodes kept make the desired size.
+	replacing map[NodeID]string
 
 	call    *provisionCall    // the one outstanding Provision, or nil
 	plan    []capacity.Launch // the purchase not yet asked for, in order
@@ -128,14 +132,15 @@ func New(cfg Config) (*Pool, error) {
 		return nil, fmt.Errorf("reconcile config: %w", err)
 	}
 	return &Pool{
-		cfg:      cfg,
-		desired:  cfg.Nodes.Initial(),
-		reason:   "initial",
-		current:  idSet{},
-		pending:  idSet{},
-		draining: idSet{},
-		busy:     idSet{},
-		marks:    map[NodeID]time.Time{},
+		cfg:       cfg,
+		desired:   cfg.Nodes.Initial(),
+		reason:    "initial",
+		current:   idSet{},
+		pending:   idSet{},
+		draining:  idSet{},
+		busy:      idSet{},
+		marks:     map[NodeID]time.Time{},
+		replacing: map[NodeID]string{},
 	}, nil
 }
 
@@ -166,6 +171,8 @@ func (p *Pool) Step(now time.Time, ev Event) []Action {
 		p.onBusy(ev)
 	case DrainComplete:
 		p.onDrainComplete(ev.ID)
+	case Replace:
+		p.onReplace(ev)
 	case Adopt:
 		p.onAdopt(ev)
 	default:
@@ -183,7 +190,7 @@ func (p *Pool) note(code, msg string)     { p.emit(Note{Code: code, Message: msg
 func (p *Pool) protected(id NodeID) bool  { return p.cfg.ProtectFirstNode && id == 0 }
 func (p *Pool) known(id NodeID) bool      { return p.current.has(id) || p.pending.has(id) || p.inCall(id) }
 func (p *Pool) inCall(id NodeID) bool     { return p.call != nil && p.call.open.has(id) }
-func (p *Pool) kept() int                 { return len(p.current) - p.drainingJoined() }
+func (p *Pool) kept() int                 { return len(p.current) - p.drainingJoined() - p.replacingKept() }
 func (p *Pool) clamp(n int) int           { return p.cfg.Nodes.Clamp(n) }
 func (p *Pool) boundsText() string        { return p.cfg.Nodes.String() }
 func (p *Pool) nodeText(id NodeID) string { return "node " + strconv.Itoa(int(id)) }
@@ -380,6 +387,10 @@ func (p *Pool) forget(id NodeID) {
 	p.delNode(&p.draining, id)
 	p.delNode(&p.busy, id)
 	delete(p.marks, id)
+	if _, ok := p.replacing[id]; ok {
+		delete(p.replacing, id)
+		p.setsVersion++
+	}
 }
 
 func (p *Pool) onBusy(ev NodeBusy) {
@@ -389,6 +400,11 @@ func (p *Pool) onBusy(ev NodeBusy) {
 	}
 	if !ev.Busy {
 		p.delNode(&p.busy, ev.ID)
+		return
+	}
+	if _, ok := p.replacing[ev.ID]; ok && p.draining.has(ev.ID) {
+		// A replaced node's drain waits for its work instead: the node it
+		// is replaced by is already there.
 		return
 	}
 	p.addNode(&p.busy, ev.ID)
@@ -412,6 +428,7 @@ func (p *Pool) onDrainComplete(id NodeID) {
 
 func (p *Pool) onAdopt(ev Adopt) {
 	p.current, p.pending, p.draining, p.busy = idSet{}, idSet{}, idSet{}, idSet{}
+	p.replacing = map[NodeID]string{}
 	p.joinedDraining = 0
 	p.setsVersion++
 	p.marks = map[NodeID]time.Time{}
@@ -479,8 +496,61 @@ func (p *Pool) reconcile() {
 	} else {
 		p.planDrains()
 	}
+	p.drainReplaced()
 	p.scaleUp()
 }
+
+// replacingKept counts the nodes being replaced that are not draining yet.
+func (p *Pool) replacingKept() int {
+	n := 0
+	for id := range p.replacing {
+		if !p.draining.has(id) {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *Pool) onReplace(ev Replace) {
+	id := ev.ID
+	switch _, already := p.replacing[id]; {
+	case already:
+		return
+	case !p.current.has(id):
+		p.note(NoteIgnored, fmt.Sprintf("replace of %s, which has not joined", p.nodeText(id)))
+		return
+	case p.draining.has(id):
+		p.note(NoteIgnored, fmt.Sprintf("replace of %s, which is already draining", p.nodeText(id)))
+		return
+	case p.protected(id) && ev.Reason != "repair":
+		p.note(NoteIgnored, fmt.Sprintf("replace of %s (%s): the protected first node is only ever replaced by a repair", p.nodeText(id), ev.Reason))
+		return
+	}
+	p.replacing[id] = ev.Reason
+	delete(p.marks, id)
+	p.delNode(&p.busy, id)
+	p.setsVersion++
+	p.note(NoteReplacing, fmt.Sprintf("%s is replaced (%s): a node is launched in its place before it is drained", p.nodeText(id), ev.Reason))
+}
+
+// drainReplaced drains the nodes being replaced once the joined nodes kept
+// make the desired size without them (their replacements joined, or the
+// pool no longer needs them), lowest id first.
+func (p *Pool) drainReplaced() {
+	if len(p.replacing) == 0 || p.kept() < p.desired {
+		return
+	}
+	for _, id := range slices.Sorted(maps.Keys(p.replacing)) {
+		if p.draining.has(id) {
+			continue
+		}
+		p.addNode(&p.draining, id)
+		p.emit(Drain{ID: id})
+	}
+}
+
+// Replacing returns the nodes being replaced, with the reason of each.
+func (p *Pool) Replacing() map[NodeID]string { return maps.Clone(p.replacing) }
 
 // drainingJoined counts the draining nodes that have joined.
 func (p *Pool) drainingJoined() int { return p.joinedDraining }
@@ -511,6 +581,9 @@ func (p *Pool) abortDrains() {
 	// kept and the booting ones still fall short.
 	var joined, booting []NodeID
 	for _, id := range p.draining.sorted() {
+		if _, ok := p.replacing[id]; ok {
+			continue // its replacement is there: never put back
+		}
 		if p.current.has(id) {
 			joined = append(joined, id)
 		} else {
@@ -602,8 +675,9 @@ func (p *Pool) planDrains() {
 		if len(victims)-cancelled >= joinedExcess {
 			break
 		}
+		_, replaced := p.replacing[id]
 		switch {
-		case p.draining.has(id):
+		case p.draining.has(id), replaced:
 		case p.mustKeep(id):
 			skipped = append(skipped, id)
 		default:
@@ -643,7 +717,7 @@ func (p *Pool) planMarks() {
 	var nodes []deletion.Node
 	byName := map[string]NodeID{}
 	for _, id := range p.current.sorted() {
-		if p.draining.has(id) {
+		if _, replaced := p.replacing[id]; replaced || p.draining.has(id) {
 			continue
 		}
 		name := strconv.Itoa(int(id))
@@ -758,7 +832,7 @@ func (p *Pool) setBlocked(msg string) {
 }
 
 func (p *Pool) scaleUp() {
-	need := p.desired - p.Effective()
+	need := p.desired - (p.Effective() - len(p.replacing))
 	if need <= 0 || p.call != nil || p.backoff {
 		return
 	}
@@ -854,6 +928,13 @@ func (p *Pool) Describe() string {
 	}
 	fmt.Fprintf(&b, "draining: %s\n", formatIDs(p.draining.sorted()))
 	fmt.Fprintf(&b, "busy: %s\n", formatIDs(p.busy.sorted()))
+	if len(p.replacing) > 0 {
+		b.WriteString("replacing:")
+		for _, id := range slices.Sorted(maps.Keys(p.replacing)) {
+			fmt.Fprintf(&b, " %d (%s)", id, p.replacing[id])
+		}
+		b.WriteByte('\n')
+	}
 	if len(p.plan) > 0 {
 		fmt.Fprintf(&b, "plan: %s\n", FormatLaunch(p.plan))
 	}

@@ -37,6 +37,9 @@ type View struct {
 	// Backoff is set after a failed or empty provision: only a Tick may
 	// provision again.
 	Backoff bool
+	// Replacing are the joined nodes being replaced (Replace), with the
+	// reason of each; draining ones are drained in place of a replacement.
+	Replacing map[NodeID]string
 }
 
 // Restore returns a pool of cfg in the state v states. It checks that v is
@@ -80,7 +83,7 @@ func Restore(cfg Config, v View) (*Pool, error) {
 		if !p.current.has(id) && !p.pending.has(id) {
 			bad("draining", "node %d is neither joined nor booting", id)
 		}
-		if p.busy.has(id) {
+		if _, replaced := v.Replacing[id]; p.busy.has(id) && !replaced {
 			bad("draining", "node %d runs work: a draining node that becomes busy is no longer draining", id)
 		}
 	}
@@ -98,6 +101,13 @@ func Restore(cfg Config, v View) (*Pool, error) {
 		default:
 			p.marks[id] = v.Marks[id]
 		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(v.Replacing)) {
+		if !p.current.has(id) {
+			bad("replacing", "node %d has not joined", id)
+			continue
+		}
+		p.replacing[id] = v.Replacing[id]
 	}
 	if len(v.Asked) > 0 {
 		c := &provisionCall{open: idSet{}}
@@ -136,6 +146,9 @@ func (p *Pool) View() View {
 		Current: p.current.sorted(), Pending: p.pending.sorted(),
 		Draining: p.draining.sorted(), Busy: p.busy.sorted(),
 		Marks: maps.Clone(p.marks), Backoff: p.backoff,
+	}
+	if len(p.replacing) > 0 {
+		v.Replacing = maps.Clone(p.replacing)
 	}
 	if p.call != nil {
 		v.Asked = slices.Clone(p.call.asked)
