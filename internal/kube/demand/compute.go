@@ -98,13 +98,17 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 	for _, p := range ps {
 		rep.Pressure[p.Name] = capacity.Pressure{}
 	}
+	poolOf := map[string]*Pool{}
+	for _, p := range ps {
+		poolOf[p.Name] = p
+	}
 	for _, sn := range w.nodes {
 		pool := sn.node.Labels[PoolLabel]
 		if _, ok := rep.Pressure[pool]; !ok {
 			continue
 		}
 		n := sn.node
-		sn.cn = &capacity.Node{ID: n.Name, Ordinal: Ordinal(n), Resources: Resources(n.Status.Allocatable), MarkedAt: Mark(n)}
+		sn.cn = &capacity.Node{ID: n.Name, Ordinal: Ordinal(n), Resources: initializing(poolOf[pool], n), MarkedAt: Mark(n)}
 		byPool[pool] = append(byPool[pool], sn.cn)
 	}
 	var waiting []*corev1.Pod
@@ -252,4 +256,38 @@ func slotName(kind, id string) string {
 	h := fnv.New64a()
 	h.Write([]byte(id))
 	return fmt.Sprintf("%s%s-%016x", SlotPrefix, kind, h.Sum64())
+}
+
+// initializing returns a pool Node's allocatable resources, with the GPUs
+// and extended resources its offering (found by its instance type and zone
+// labels) declares filled in where the Node does not show them yet: a
+// device plugin advertises them some time after the kubelet registers the
+// Node, and until then the Node is still initializing (Karpenter counts
+// such a Node by its instance type's resources as well). Without that, the
+// pods waiting for it would launch another Node.
+func initializing(p *Pool, n *corev1.Node) capacity.Resources {
+	r := Resources(n.Status.Allocatable)
+	if p == nil {
+		return r
+	}
+	typ, zone := n.Labels[corev1.LabelInstanceTypeStable], n.Labels[corev1.LabelTopologyZone]
+	for i := range p.Offerings {
+		o := &p.Offerings[i]
+		if typ == "" || o.Type != typ || o.Zone != zone {
+			continue
+		}
+		if r.GPUs == 0 && o.Resources.GPUs > 0 {
+			r.GPUs = o.Resources.GPUs
+		}
+		for k, v := range o.Resources.Extended {
+			if r.Extended[k] == 0 && v > 0 {
+				if r.Extended == nil {
+					r.Extended = map[string]int64{}
+				}
+				r.Extended[k] = v
+			}
+		}
+		break
+	}
+	return r
 }

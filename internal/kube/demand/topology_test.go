@@ -286,3 +286,26 @@ func TestAnyExtendedResource(t *testing.T) {
 		t.Fatalf("an intel.com/gpu pod matched an amd.com/gpu pool: %+v", rep)
 	}
 }
+
+// TestInitializingNode: a Node whose device plugin has not advertised its
+// GPUs yet counts with its offering's (found by its instance-type label):
+// the pod waiting for it is placed there, not counted as demand for
+// another Node; a Node of an unknown type counts as it shows.
+func TestInitializingNode(t *testing.T) {
+	p := Pool{Name: "g", Labels: map[string]string{PoolLabel: "g"}, Offerings: []capacity.Offering{{Type: "k1", PricePerHour: 1,
+		Resources: capacity.Resources{MilliCPU: 1000, Memory: 2 << 30, GPUs: 1, Extended: map[string]int64{"example.com/fpga": 1}}}}}
+	n := znode("n1", "g", "0", rl("cpu", "1", "memory", "2Gi"), func(n *corev1.Node) { n.Labels[corev1.LabelInstanceTypeStable] = "k1" })
+	pods := []*corev1.Pod{pod("a", rl("cpu", "100m", "nvidia.com/gpu", "1")), pod("b", rl("cpu", "100m", "example.com/fpga", "1"))}
+	rep := Compute([]Pool{p}, []*corev1.Node{n}, pods)
+	if len(rep.Pods["g"]) != 0 {
+		t.Fatalf("demand %v: the initializing Node's GPU and FPGA were not counted", rep.Pods["g"])
+	}
+	if got := rep.Pressure["g"].Nodes[0].Resources; got.GPUs != 1 || got.Extended["example.com/fpga"] != 1 || got.MilliCPU != 1000 {
+		t.Fatalf("Node resources %v", got)
+	}
+	n.Labels[corev1.LabelInstanceTypeStable] = "other"
+	rep = Compute([]Pool{p}, []*corev1.Node{n}, pods)
+	if len(rep.Pods["g"]) != 2 {
+		t.Fatalf("demand %v, want both pods (a Node of another type shows no GPU)", rep.Pods["g"])
+	}
+}
