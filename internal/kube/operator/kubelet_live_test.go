@@ -295,7 +295,7 @@ func (l *live) kubeletRun(t *testing.T, name string, n int) kubeletFigures {
 		t.Errorf("%d Nodes for %d pods of 600m on 1-CPU machines, want %d", len(nodes), n, n)
 	}
 	for _, nd := range nodes {
-		checkKubeletNode(t, l, &nd)
+		checkKubeletNode(t, l, "kl", &nd)
 	}
 	secrets, err := l.cs.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: operator.MachineLabel})
 	if err != nil {
@@ -379,12 +379,12 @@ func (l *live) netnsName(machineID string) string {
 
 // checkKubeletNode checks that a Node is a real kubelet's, registered with
 // the pool's template.
-func checkKubeletNode(t *testing.T, l *live, nd *corev1.Node) {
+func checkKubeletNode(t *testing.T, l *live, pool string, nd *corev1.Node) {
 	t.Helper()
 	if want := operator.ProviderID("netns", nd.Name); nd.Spec.ProviderID != want {
 		t.Errorf("Node %s: providerID %q, want %q", nd.Name, nd.Spec.ProviderID, want)
 	}
-	if nd.Labels["tier"] != "kubelet" || nd.Labels["tide.dev/pool"] != "kl" {
+	if nd.Labels["tier"] != "kubelet" || nd.Labels["tide.dev/pool"] != pool {
 		t.Errorf("Node %s: labels %v lack the pool's", nd.Name, nd.Labels)
 	}
 	if !slices.ContainsFunc(nd.Spec.Taints, func(tn corev1.Taint) bool {
