@@ -17,7 +17,6 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -246,9 +245,13 @@ func Allowed(pool *Pool, pod *corev1.Pod) ([]capacity.Offering, string) {
 	var out []capacity.Offering
 	why := ""
 	req := Requests(pod)
+	a := pod.Spec.Affinity
+	selects := len(pod.Spec.NodeSelector) > 0 || a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
 	for i := range pool.Offerings {
 		o := &pool.Offerings[i]
-		if w := labelsMatch(pod, OfferingLabels(pool, o)); w != "" {
+		if !selects {
+			// no node labels to match: skip making them
+		} else if w := labelsMatch(pod, OfferingLabels(pool, o)); w != "" {
 			why = cmp.Or(why, w)
 			continue
 		}
@@ -267,11 +270,14 @@ func Allowed(pool *Pool, pod *corev1.Pod) ([]capacity.Offering, string) {
 // labelsMatch says why a node with labels cannot run pod by its node
 // selector and required node affinity ("" when it can).
 func labelsMatch(pod *corev1.Pod, labels map[string]string) string {
-	for _, k := range slices.Sorted(maps.Keys(pod.Spec.NodeSelector)) {
-		v := pod.Spec.NodeSelector[k]
-		if got, ok := labels[k]; !ok || got != v {
-			return fmt.Sprintf("node selector %s=%s does not match the pool's node labels", k, v)
+	bad := "" // the first mismatched key, in name order (a stable reason)
+	for k, v := range pod.Spec.NodeSelector {
+		if got, ok := labels[k]; (!ok || got != v) && (bad == "" || k < bad) {
+			bad = k
 		}
+	}
+	if bad != "" {
+		return fmt.Sprintf("node selector %s=%s does not match the pool's node labels", bad, pod.Spec.NodeSelector[bad])
 	}
 	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 		if !anyTerm(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, labels) {

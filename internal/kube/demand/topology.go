@@ -23,9 +23,32 @@ type simNode struct {
 	free  capacity.Resources
 	pods  []*corev1.Pod
 	ports map[string]bool
+	// hits caches, by pod term id, whether a pod on the Node matches the
+	// term (cleared when a pod is added).
+	hits map[string]bool
+}
+
+// has reports whether a pod on n matches t (cached).
+func (n *simNode) has(t *podTerm) bool {
+	if v, ok := n.hits[t.id]; ok {
+		return v
+	}
+	v := false
+	for _, p := range n.pods {
+		if t.matches(p) {
+			v = true
+			break
+		}
+	}
+	if n.hits == nil {
+		n.hits = map[string]bool{}
+	}
+	n.hits[t.id] = v
+	return v
 }
 
 func (n *simNode) add(pod *corev1.Pod) {
+	n.hits = nil
 	n.pods = append(n.pods, pod)
 	for _, k := range hostPorts(pod) {
 		if n.ports == nil {
@@ -51,10 +74,13 @@ type world struct {
 	byName  map[string]*simNode
 	waiting []*corev1.Pod
 	fresh   []freshPod
+	// antiOf caches the required anti-affinity terms by hostname of the
+	// pods on Nodes (they may refuse a newcomer).
+	antiOf map[*corev1.Pod][]podTerm
 }
 
 func newWorld(nodes []*corev1.Node) *world {
-	w := &world{byName: map[string]*simNode{}}
+	w := &world{byName: map[string]*simNode{}, antiOf: map[*corev1.Pod][]podTerm{}}
 	for _, n := range nodes {
 		sn := &simNode{node: n}
 		w.nodes = append(w.nodes, sn)
@@ -375,10 +401,8 @@ func (w *world) allows(n *simNode, pod *corev1.Pod, r *rules) string {
 		t := &r.anti[i]
 		switch t.key {
 		case corev1.LabelHostname:
-			for _, p := range n.pods {
-				if t.matches(p) {
-					return "pod anti-affinity"
-				}
+			if n.has(t) {
+				return "pod anti-affinity"
 			}
 		default:
 			if z := n.zone(); z != "" && w.inZone(t, z) {
@@ -388,14 +412,8 @@ func (w *world) allows(n *simNode, pod *corev1.Pod, r *rules) string {
 	}
 	// The pods on n may refuse pod (their own anti-affinity by hostname).
 	for _, p := range n.pods {
-		if p.Spec.Affinity == nil || p.Spec.Affinity.PodAntiAffinity == nil {
-			continue
-		}
-		for _, t := range p.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
-			if t.TopologyKey != corev1.LabelHostname {
-				continue
-			}
-			if pt, why := newTerm(p, t, "anti"); why == "" && pt.matches(pod) {
+		for _, pt := range w.hostAnti(p) {
+			if pt.matches(pod) {
 				return "anti-affinity of a pod on the node"
 			}
 		}
@@ -405,9 +423,7 @@ func (w *world) allows(n *simNode, pod *corev1.Pod, r *rules) string {
 		ok := false
 		switch t.key {
 		case corev1.LabelHostname:
-			for _, p := range n.pods {
-				ok = ok || t.matches(p)
-			}
+			ok = n.has(t)
 		default:
 			ok = n.zone() != "" && w.inZone(t, n.zone())
 		}
@@ -644,6 +660,27 @@ func (w *world) place(p *Pool, offs []capacity.Offering, pod *corev1.Pod, groups
 	}
 	out.req, out.slots, out.group = req, slots, group
 	return finish(out)
+}
+
+// hostAnti returns p's required anti-affinity terms by hostname (cached).
+func (w *world) hostAnti(p *corev1.Pod) []podTerm {
+	if p.Spec.Affinity == nil || p.Spec.Affinity.PodAntiAffinity == nil {
+		return nil
+	}
+	if ts, ok := w.antiOf[p]; ok {
+		return ts
+	}
+	var ts []podTerm
+	for _, t := range p.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+		if t.TopologyKey != corev1.LabelHostname {
+			continue
+		}
+		if pt, why := newTerm(p, t, "anti"); why == "" {
+			ts = append(ts, pt)
+		}
+	}
+	w.antiOf[p] = ts
+	return ts
 }
 
 // podsRefuse reports whether a pod on n has a required anti-affinity (that

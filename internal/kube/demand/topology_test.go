@@ -1,6 +1,7 @@
 package demand
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -307,5 +308,32 @@ func TestInitializingNode(t *testing.T) {
 	rep = Compute([]Pool{p}, []*corev1.Node{n}, pods)
 	if len(rep.Pods["g"]) != 2 {
 		t.Fatalf("demand %v, want both pods (a Node of another type shows no GPU)", rep.Pods["g"])
+	}
+}
+
+// BenchmarkComputeAntiAffinity1000 is one pass in the middle of
+// TestLiveScaleUp's node-dense run: 1,000 pods with hostname anti-affinity,
+// 500 of them on 500 Nodes, 500 Nodes joined and empty, 500 pods waiting
+// (each is tried against the Nodes' room and its rules).
+func BenchmarkComputeAntiAffinity1000(b *testing.B) {
+	p := zonal("a")
+	var nodes []*corev1.Node
+	var pods []*corev1.Pod
+	small := rl("cpu", "10m", "memory", "50Mi")
+	for i := range 1000 {
+		name := fmt.Sprintf("n%d", i)
+		nodes = append(nodes, znode(name, "z", fmt.Sprint(i), rl("cpu", "4", "memory", "16Gi")))
+		opts := []podOpt{labelled("app", "web"), antiHost("web")}
+		if i < 500 {
+			opts = append(opts, on(name))
+		}
+		pods = append(pods, pod(fmt.Sprintf("w%d", i), small, opts...))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		rep := Compute([]Pool{p}, nodes, pods)
+		if len(rep.Pods["z"]) != 0 {
+			b.Fatalf("%d pods demand, want none (500 empty Nodes take them)", len(rep.Pods["z"]))
+		}
 	}
 }
