@@ -782,3 +782,47 @@ func (t *txn) instanceKeys(ids []string) []string {
 	}
 	return keys
 }
+
+// FailPending ends FAILED, with reason, those of ids that are still
+// PENDING, as the SQLite store's FailPending does. Up to a quarter of
+// MaxTxnOps ids commit in one transaction (each costs a compare, a write
+// and perhaps a worker's generation); a longer list commits in chunks of
+// that size, each all or none.
+func (s *Store) FailPending(ctx context.Context, ids []string, reason string, now time.Time) ([]string, error) {
+	var failed []string
+	chunk := max(1, s.maxOps/4)
+	for len(ids) > 0 {
+		part := ids[:min(len(ids), chunk)]
+		ids = ids[len(part):]
+		var done []string
+		err := s.update(ctx, "fail pending", func(t *txn) error {
+			done = done[:0]
+			for _, id := range part {
+				old, err := t.getInstance(id)
+				if err != nil {
+					return fmt.Errorf("fail pending %s: %w", id, err)
+				}
+				if old == nil || old.Status != store.StatusPending {
+					continue
+				}
+				in := clone(old)
+				in.Status, in.FailureReason, in.EndedAt = store.StatusFailed, reason, now.UTC()
+				if in.AssignedWorker != "" {
+					if _, err := t.bumpGeneration(in.AssignedWorker); err != nil {
+						return err
+					}
+				}
+				if err := t.putInstance(old, in); err != nil {
+					return err
+				}
+				done = append(done, id)
+			}
+			return nil
+		})
+		if err != nil {
+			return failed, err
+		}
+		failed = append(failed, done...)
+	}
+	return failed, nil
+}

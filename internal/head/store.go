@@ -41,6 +41,9 @@ type Store interface {
 	ApplyHeartbeat(ctx context.Context, in store.HeartbeatInput, now time.Time) (store.HeartbeatResult, error)
 	Assign(ctx context.Context, as []store.Assignment, now time.Time) ([]store.Assignment, error)
 	RequestCancel(ctx context.Context, id string, grace time.Duration, now time.Time) (store.CancelResult, error)
+	// FailPending fails those of ids still PENDING (a deadline such as
+	// max_wait gave up on them) and returns the ids it failed.
+	FailPending(ctx context.Context, ids []string, reason string, now time.Time) ([]string, error)
 	CountInstances(ctx context.Context, f store.Filter) (int, error)
 	Attempts(ctx context.Context, instanceID string) ([]store.AttemptRecord, error)
 	MoveInstance(ctx context.Context, id string, attempt int64, worker, reason string, now time.Time) (bool, error)

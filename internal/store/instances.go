@@ -721,3 +721,48 @@ func (s *Store) RequestCancel(ctx context.Context, id string, grace time.Duratio
 	}
 	return CancelResult{Outcome: CancelAlreadyRequested, Status: Status(st)}, nil
 }
+
+// FailPending ends FAILED, with reason, those of ids that are still
+// PENDING (waiting for a worker): a deadline such as max_wait gave up on
+// them. Instances in any other status (assigned, running, ended) and
+// unknown ids are left alone, so a deadline never fails work that started.
+// The call is one transaction: all the PENDING ones fail or none does. It
+// returns the ids it failed, in the order given.
+func (s *Store) FailPending(ctx context.Context, ids []string, reason string, now time.Time) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fail pending: begin: %w", err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `UPDATE instances SET status = 'FAILED', failure_reason = :reason,
+		ended_at = :now WHERE id = :id AND status = 'PENDING' RETURNING assigned_worker`)
+	if err != nil {
+		return nil, fmt.Errorf("fail pending: prepare: %w", err)
+	}
+	defer stmt.Close()
+	var failed []string
+	for _, id := range ids {
+		var worker sql.NullString
+		err := stmt.QueryRowContext(ctx, sql.Named("reason", reason), sql.Named("now", now.UnixNano()),
+			sql.Named("id", id)).Scan(&worker)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("fail pending %s: %w", id, err)
+		}
+		if worker.Valid {
+			if _, err := tx.ExecContext(ctx, `UPDATE workers SET generation = generation + 1 WHERE id = ?`, worker.String); err != nil {
+				return nil, fmt.Errorf("fail pending %s: bump generation: %w", id, err)
+			}
+		}
+		failed = append(failed, id)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("fail pending: commit: %w", err)
+	}
+	return failed, nil
+}

@@ -33,6 +33,7 @@ type Store interface {
 	ApplyHeartbeat(ctx context.Context, in store.HeartbeatInput, now time.Time) (store.HeartbeatResult, error)
 	Assign(ctx context.Context, as []store.Assignment, now time.Time) ([]store.Assignment, error)
 	RequestCancel(ctx context.Context, id string, grace time.Duration, now time.Time) (store.CancelResult, error)
+	FailPending(ctx context.Context, ids []string, reason string, now time.Time) ([]string, error)
 	CountInstances(ctx context.Context, f store.Filter) (int, error)
 	Attempts(ctx context.Context, instanceID string) ([]store.AttemptRecord, error)
 	MoveInstance(ctx context.Context, id string, attempt int64, worker, reason string, now time.Time) (bool, error)
@@ -96,6 +97,7 @@ func Run(t *testing.T, open Opener, journal JournalOpener) {
 		{"ReleaseHold", testReleaseHold},
 		{"LateCompletion", testLateCompletion},
 		{"LateCompletionRacesAssign", testLateCompletionRacesAssign},
+		{"FailPending", testFailPending},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
