@@ -17,9 +17,10 @@
 package demand
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -100,6 +101,15 @@ type Report struct {
 	Pods map[string][]string
 	// Unmatched are the unschedulable pods that fit no pool, sorted by namespace/name.
 	Unmatched []Unmatched
+	// Unmodelled are the pods counted as a pool's demand (or placed on its
+	// room) whose placement rules tide models only in part: they are
+	// counted by their requests alone (Reason says what is left out),
+	// sorted by namespace/name.
+	Unmodelled []Unmatched
+	// Slots are, by pool name, the made-up resources the pool's pending
+	// requests carry (see Slot), sorted by name: a policy packs them onto
+	// Augment(offerings, slots).
+	Slots map[string][]Slot
 }
 
 // Unschedulable reports whether the scheduler marked pod unschedulable and it
@@ -128,17 +138,28 @@ func Daemon(pod *corev1.Pod) bool {
 	return mirror
 }
 
-// Requests returns what pod asks of a node: the larger of its containers'
-// sum and its largest init container, plus its overhead.
+// Requests returns what pod asks of a node, as the scheduler computes it:
+// the larger of (its app containers plus its sidecars, the init containers
+// whose restartPolicy is Always) and the peak of its init phase (each plain
+// init container plus the sidecars started before it), dimension by
+// dimension, plus its overhead.
 func Requests(pod *corev1.Pod) capacity.Resources {
-	var sum capacity.Resources
+	var apps capacity.Resources
 	for i := range pod.Spec.Containers {
-		sum = sum.Add(Resources(pod.Spec.Containers[i].Resources.Requests))
+		apps = apps.Add(Resources(pod.Spec.Containers[i].Resources.Requests))
 	}
+	var sidecars, peak capacity.Resources
 	for i := range pod.Spec.InitContainers {
-		sum = maxRes(sum, Resources(pod.Spec.InitContainers[i].Resources.Requests))
+		c := &pod.Spec.InitContainers[i]
+		r := Resources(c.Resources.Requests)
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sidecars = sidecars.Add(r)
+			peak = maxRes(peak, sidecars)
+			continue
+		}
+		peak = maxRes(peak, sidecars.Add(r))
 	}
-	return sum.Add(Resources(pod.Spec.Overhead))
+	return maxRes(apps.Add(sidecars), peak).Add(Resources(pod.Spec.Overhead))
 }
 
 // Resources converts a Kubernetes resource list: cpu to millicores, memory to
@@ -202,34 +223,84 @@ func maxRes(a, b capacity.Resources) capacity.Resources {
 
 // Match reports whether pod could run on a node of pool, or why not.
 func Match(pool *Pool, pod *corev1.Pod) (bool, string) {
-	for k, v := range pod.Spec.NodeSelector {
-		if got, ok := pool.Labels[k]; !ok || got != v {
-			return false, fmt.Sprintf("node selector %s=%s does not match the pool's node labels", k, v)
-		}
+	_, why := Allowed(pool, pod)
+	return why == "", why
+}
+
+// OfferingLabels returns the labels a node of pool launched from offering
+// off carries: the pool's, its zone (topology.kubernetes.io/zone, when the
+// offering has one) and its instance type (node.kubernetes.io/instance-type).
+func OfferingLabels(pool *Pool, off *capacity.Offering) map[string]string {
+	l := make(map[string]string, len(pool.Labels)+2)
+	maps.Copy(l, pool.Labels)
+	if off.Zone != "" {
+		l[corev1.LabelTopologyZone] = off.Zone
 	}
-	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-		if !anyTerm(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, pool.Labels) {
-			return false, "required node affinity does not match the pool's node labels"
-		}
+	if off.Type != "" {
+		l[corev1.LabelInstanceTypeStable] = off.Type
 	}
+	return l
+}
+
+// Allowed returns the offerings of pool a node for pod may be launched from
+// (its labels satisfy the pod's node selector and required node affinity,
+// and the pod's requests fit it), or why there is none. A pool without
+// offerings is matched on its labels alone and returns no offering.
+func Allowed(pool *Pool, pod *corev1.Pod) ([]capacity.Offering, string) {
 	for _, t := range pool.Taints {
 		if t.Effect == PreferNoSchedule {
 			continue
 		}
 		if !tolerated(pod.Spec.Tolerations, t) {
-			return false, fmt.Sprintf("taint %s=%s:%s is not tolerated", t.Key, t.Value, t.Effect)
+			return nil, fmt.Sprintf("taint %s=%s:%s is not tolerated", t.Key, t.Value, t.Effect)
 		}
 	}
-	if len(pool.Offerings) > 0 {
-		req := Requests(pod)
-		for i := range pool.Offerings {
-			if req.Fits(pool.Offerings[i].Resources) {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("requests %s fit no offering", req)
+	if len(pool.Offerings) == 0 {
+		return nil, labelsMatch(pod, pool.Labels)
 	}
-	return true, ""
+	var out []capacity.Offering
+	why := ""
+	req := Requests(pod)
+	a := pod.Spec.Affinity
+	selects := len(pod.Spec.NodeSelector) > 0 || a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
+	for i := range pool.Offerings {
+		o := &pool.Offerings[i]
+		if !selects {
+			// no node labels to match: skip making them
+		} else if w := labelsMatch(pod, OfferingLabels(pool, o)); w != "" {
+			why = cmp.Or(why, w)
+			continue
+		}
+		if !req.Fits(o.Resources) {
+			why = cmp.Or(why, fmt.Sprintf("requests %s fit no offering", req))
+			continue
+		}
+		out = append(out, *o)
+	}
+	if len(out) == 0 {
+		return nil, why
+	}
+	return out, ""
+}
+
+// labelsMatch says why a node with labels cannot run pod by its node
+// selector and required node affinity ("" when it can).
+func labelsMatch(pod *corev1.Pod, labels map[string]string) string {
+	bad := "" // the first mismatched key, in name order (a stable reason)
+	for k, v := range pod.Spec.NodeSelector {
+		if got, ok := labels[k]; (!ok || got != v) && (bad == "" || k < bad) {
+			bad = k
+		}
+	}
+	if bad != "" {
+		return fmt.Sprintf("node selector %s=%s does not match the pool's node labels", bad, pod.Spec.NodeSelector[bad])
+	}
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		if !anyTerm(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, labels) {
+			return "required node affinity does not match the pool's node labels"
+		}
+	}
+	return ""
 }
 
 // anyTerm reports whether one of the node selector terms matches labels
@@ -347,134 +418,6 @@ func Ordinal(node *corev1.Node) int {
 	return n
 }
 
-// Compute builds every pool's pressure from the cluster's nodes and pods.
-// Nodes belong to the pool named by their PoolLabel; pods bound to
-// a node and not finished are its Running instances (daemons marked);
-// unschedulable pods become the Pending demand of the first pool that
-// serves them (choose: weight, cost, limits), unless they fit in the room
-// left on a schedulable, unmarked Node of a pool that matches them (first
-// fit, pools in name order, pods in order): the scheduler will place those
-// on its next try, so they count as running there (the Node is not empty)
-// rather than as demand, which would launch Nodes twice. The result is
-// deterministic.
-func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
-	ps := make([]*Pool, len(pools))
-	for i := range pools {
-		ps[i] = &pools[i]
-	}
-	sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
-	rep := Report{Pressure: map[string]capacity.Pressure{}, Pods: map[string][]string{}}
-	index := map[string]*capacity.Node{}
-	byPool := map[string][]*capacity.Node{}
-	for _, p := range ps {
-		rep.Pressure[p.Name] = capacity.Pressure{}
-	}
-	for _, n := range nodes {
-		pool := n.Labels[PoolLabel]
-		if _, ok := rep.Pressure[pool]; !ok {
-			continue
-		}
-		cn := &capacity.Node{ID: n.Name, Ordinal: Ordinal(n), Resources: Resources(n.Status.Allocatable), MarkedAt: Mark(n),
-			JoinedAt: n.CreationTimestamp.Time}
-		index[n.Name] = cn
-		byPool[pool] = append(byPool[pool], cn)
-	}
-	pending := map[string]map[string]*capacity.Pending{}
-	for _, pod := range pods {
-		if pod.Spec.NodeName == "" {
-			continue
-		}
-		cn, ok := index[pod.Spec.NodeName]
-		if ok && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-			cn.Running = append(cn.Running, capacity.Instance{Requests: Requests(pod), Daemon: Daemon(pod)})
-		}
-	}
-	// Room left on each pool's Nodes that can take pods (not cordoned, not
-	// marked for deletion): the scheduler places a waiting pod there on its
-	// next try (a Node just joined), so such a pod is not demand for more.
-	room := map[string][]*roomy{}
-	for _, n := range nodes {
-		pool := n.Labels[PoolLabel]
-		cn := index[n.Name]
-		if cn == nil || n.Spec.Unschedulable || n.DeletionTimestamp != nil || !cn.MarkedAt.IsZero() {
-			continue
-		}
-		room[pool] = append(room[pool], &roomy{node: cn, free: cn.Resources.Sub(cn.Allocated())})
-	}
-	counted := map[string]capacity.Resources{} // demand counted per pool so far
-	for _, pod := range pods {
-		if !Unschedulable(pod) {
-			continue
-		}
-		var why []string
-		var fit []*Pool
-		for _, p := range ps {
-			ok, reason := Match(p, pod)
-			if !ok {
-				why = append(why, fmt.Sprintf("pool %s: %s", p.Name, reason))
-				continue
-			}
-			fit = append(fit, p)
-		}
-		matched := len(fit) > 0
-		req := Requests(pod)
-		placed := false
-		for _, p := range fit {
-			if place(room[p.Name], req) {
-				placed = true // about to be scheduled on a Node of the pool
-				break
-			}
-		}
-		if matched && !placed {
-			p := choose(fit, req, counted)
-			counted[p.Name] = counted[p.Name].Add(req)
-			if pending[p.Name] == nil {
-				pending[p.Name] = map[string]*capacity.Pending{}
-			}
-			key := req.String()
-			if pending[p.Name][key] == nil {
-				pending[p.Name][key] = &capacity.Pending{Requests: req}
-			}
-			pending[p.Name][key].Count++
-			rep.Pods[p.Name] = append(rep.Pods[p.Name], pod.Namespace+"/"+pod.Name)
-		}
-		if !matched {
-			if len(ps) == 0 {
-				why = append(why, "no NodePool exists")
-			}
-			rep.Unmatched = append(rep.Unmatched, Unmatched{Namespace: pod.Namespace, Name: pod.Name, Reason: strings.Join(why, "; ")})
-		}
-	}
-	for _, p := range ps {
-		pr := capacity.Pressure{}
-		ns := byPool[p.Name]
-		sort.Slice(ns, func(i, j int) bool {
-			if ns[i].Ordinal != ns[j].Ordinal {
-				return ns[i].Ordinal < ns[j].Ordinal
-			}
-			return ns[i].ID < ns[j].ID
-		})
-		for _, n := range ns {
-			pr.Nodes = append(pr.Nodes, *n)
-		}
-		keys := make([]string, 0, len(pending[p.Name]))
-		for k := range pending[p.Name] {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			pr.Pending = append(pr.Pending, *pending[p.Name][k])
-		}
-		rep.Pressure[p.Name] = pr
-		sort.Strings(rep.Pods[p.Name])
-	}
-	sort.Slice(rep.Unmatched, func(i, j int) bool {
-		a, b := rep.Unmatched[i], rep.Unmatched[j]
-		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
-	})
-	return rep
-}
-
 // choose is the pool of fit (in name order, none empty) an unschedulable pod
 // with requests req is counted against: routing.Route's choice among them
 // (weight, then cost, a pool with a shortfall overflowing), a pool being
@@ -514,26 +457,6 @@ func choose(fit []*Pool, req capacity.Resources, counted map[string]capacity.Res
 		return byName[d.Pool]
 	}
 	return fit[0]
-}
-
-// roomy is a Node's room left for waiting pods.
-type roomy struct {
-	node *capacity.Node
-	free capacity.Resources
-}
-
-// place takes req out of the first room it fits (first fit) and counts it
-// as running there (the Node is as good as busy: not to be marked), reporting
-// whether one had it.
-func place(rooms []*roomy, req capacity.Resources) bool {
-	for _, r := range rooms {
-		if req.Fits(r.free) {
-			r.free = r.free.Sub(req)
-			r.node.Running = append(r.node.Running, capacity.Instance{Requests: req})
-			return true
-		}
-	}
-	return false
 }
 
 // SetMark returns taints with the deletion-candidate taint for a mark made

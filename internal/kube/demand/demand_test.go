@@ -238,13 +238,14 @@ func TestMarkTaint(t *testing.T) {
 }
 
 // BenchmarkCompute1000Pending measures one pass over 1,000 unschedulable pods
-// and 100 nodes of two pools (the "1,000 pending pods in one loop" figure).
+// and 100 full nodes of two pools (the "1,000 pending pods in one loop"
+// figure; the nodes are full, so that every pod is demand).
 func BenchmarkCompute1000Pending(b *testing.B) {
 	var nodes []*corev1.Node
 	var pods []*corev1.Pod
 	for i := range 100 {
 		nodes = append(nodes, node(fmt.Sprintf("gpu-%d", i), "gpu", i, rl("cpu", "32", "memory", "256Gi", "nvidia.com/gpu", "8")))
-		pods = append(pods, pod(fmt.Sprintf("r%d", i), rl("cpu", "1", "nvidia.com/gpu", "1"), on(fmt.Sprintf("gpu-%d", i))))
+		pods = append(pods, pod(fmt.Sprintf("r%d", i), rl("cpu", "1", "nvidia.com/gpu", "8"), on(fmt.Sprintf("gpu-%d", i))))
 	}
 	for i := range 1000 {
 		pods = append(pods, pod(fmt.Sprintf("p%d", i), rl("cpu", "1", "memory", "1Gi", "nvidia.com/gpu", "1"), tolerate(tolGPU)))

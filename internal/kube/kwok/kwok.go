@@ -296,6 +296,15 @@ func (p *Provider) newNode(req *provider.CreateRequest, off capacity.Offering, n
 	labels[demand.PoolLabel] = req.Pool
 	labels[ScopeLabel] = p.cfg.Scope
 	labels["type"] = "kwok"
+	// The well-known labels a cloud node has: the scheduler's hostname and
+	// zone rules (pod affinity, topology spread) read them.
+	labels[corev1.LabelHostname] = p.NodeName(req.MachineID)
+	if off.Zone != "" {
+		labels[corev1.LabelTopologyZone] = off.Zone
+	}
+	if off.Type != "" {
+		labels[corev1.LabelInstanceTypeStable] = off.Type
+	}
 	ml, err := json.Marshal(req.Labels)
 	if err != nil {
 		return nil, err

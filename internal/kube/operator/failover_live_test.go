@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +30,23 @@ import (
 // document makes the Node agent) and the plugins they are served by (`tide
 // provider serve-local`).
 func TestMain(m *testing.M) {
+	if id := os.Getenv("TIDE_KUBE_REPLICA"); id != "" && os.Getenv(asTide) != "" {
+		// A replica whose machines run on this host (startReplicaWith):
+		// they inherit asTide, not the replica's identity.
+		os.Unsetenv("TIDE_KUBE_REPLICA")
+		var pools []string
+		if p := os.Getenv("TIDE_KUBE_POOLS"); p != "" {
+			pools = strings.Split(p, ",")
+		}
+		err := operator.Run(context.Background(), operator.Options{Kubeconfig: os.Getenv("TIDE_KUBE_KUBECONFIG"), Namespace: "default",
+			Identity: id, LeaderElection: true, LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second,
+			RetryPeriod: 500 * time.Millisecond, ProbeAddr: os.Getenv("TIDE_KUBE_PROBES"), Interval: time.Second, Batch: 100 * time.Millisecond,
+			Pools: pools, LocalRoot: os.Getenv("TIDE_KUBE_LOCAL_ROOT"), NodeBinary: os.Getenv("TIDE_KUBE_NODE_BINARY"),
+			NodeServer: os.Getenv("TIDE_KUBE_NODE_SERVER"), NodeCA: os.Getenv("TIDE_KUBE_NODE_CA"),
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+		fmt.Fprintf(os.Stderr, "tide kube replica %s: %v\n", id, err)
+		os.Exit(1)
+	}
 	if os.Getenv(asTide) != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		go func() { <-ctx.Done(); stop() }()
@@ -60,6 +78,13 @@ type replica struct {
 
 func (l *live) startReplica(t *testing.T, id string) *replica {
 	t.Helper()
+	return l.startReplicaWith(t, id)
+}
+
+// startReplicaWith starts a replica with more of its environment (the
+// TIDE_KUBE_* settings TestMain reads).
+func (l *live) startReplicaWith(t *testing.T, id string, env ...string) *replica {
+	t.Helper()
 	r := &replica{id: id, log: filepath.Join(t.TempDir(), id+".log"), probes: freeAddr(t), done: make(chan struct{})}
 	f, err := os.Create(r.log)
 	if err != nil {
@@ -67,6 +92,7 @@ func (l *live) startReplica(t *testing.T, id string) *replica {
 	}
 	r.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	r.cmd.Env = append(os.Environ(), "TIDE_KUBE_REPLICA="+id, "TIDE_KUBE_KUBECONFIG="+l.Kubeconfig, "TIDE_KUBE_PROBES="+r.probes)
+	r.cmd.Env = append(r.cmd.Env, env...)
 	r.cmd.Stdout, r.cmd.Stderr = f, f
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)

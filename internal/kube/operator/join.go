@@ -79,7 +79,7 @@ func (o *Operator) mint(ctx context.Context, r *runner, machineID, offering, pro
 		for k, v := range demand.ResourceList(off.Resources) {
 			capa[k] = v.String()
 		}
-		return o.mintKubelet(ctx, r, machineID, provType, capa)
+		return o.mintKubelet(ctx, r, machineID, provType, capa, demand.OfferingLabels(&demand.Pool{Labels: r.pool.Labels}, &off))
 	}
 	name := credName(machineID)
 	labels := map[string]string{demand.PoolLabel: r.name, MachineLabel: machineID}
@@ -118,10 +118,19 @@ func (o *Operator) mint(ctx context.Context, r *runner, machineID, offering, pro
 		taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
 	}
 	j := nodeagent.Join{Server: o.cfg.Join.Server, CA: string(o.cfg.Join.CA), Insecure: o.cfg.Join.Insecure, Token: tr.Status.Token,
-		Node: machineID, ProviderID: ProviderID(provType, machineID), Labels: r.pool.Labels,
+		Node: machineID, ProviderID: ProviderID(provType, machineID), Labels: agentLabels(r, &off, machineID),
 		Annotations: map[string]string{MachineLabel: machineID}, Taints: taints, Capacity: capa,
 		HeartbeatSeconds: int(o.cfg.Join.Heartbeat / time.Second)}
 	return j.Encode()
+}
+
+// agentLabels are the labels of an agent-joined machine's Node: the pool's,
+// its offering's zone and instance type, and its hostname (a kubelet sets
+// that one itself; tide's agent does not).
+func agentLabels(r *runner, off *capacity.Offering, machineID string) map[string]string {
+	l := demand.OfferingLabels(&demand.Pool{Labels: r.pool.Labels}, off)
+	l[corev1.LabelHostname] = machineID
+	return l
 }
 
 // ProviderID is the spec.providerID of the Node of a machine of a non-kwok

@@ -99,7 +99,7 @@ func (o *Operator) checkBootstrapRBAC(ctx context.Context) error {
 // expiring after the pool's token_ttl, labelled with the pool and machine)
 // and returns the kubelet-mode Join that carries it.
 func (o *Operator) mintKubelet(ctx context.Context, r *runner, machineID, provType string,
-	capa map[corev1.ResourceName]string) ([]byte, error) {
+	capa map[corev1.ResourceName]string, labels map[string]string) ([]byte, error) {
 	if err := o.checkBootstrapRBAC(ctx); err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (o *Operator) mintKubelet(ctx context.Context, r *runner, machineID, provTy
 	}
 	pj := r.pool.Join
 	j := nodeagent.Join{Mode: nodeagent.ModeKubelet, Server: o.cfg.Join.Server, CA: string(ca), Insecure: o.cfg.Join.Insecure,
-		Token: id + "." + sec, Node: machineID, ProviderID: ProviderID(provType, machineID), Labels: r.pool.Labels,
+		Token: id + "." + sec, Node: machineID, ProviderID: ProviderID(provType, machineID), Labels: labels,
 		Taints: taints, Capacity: capa,
 		Kubelet: &nodeagent.Kubelet{Kubelet: pj.Kubelet, Containerd: pj.Containerd, Ctr: pj.Ctr, CNIBinDir: pj.CNIBinDir,
 			SandboxImage: pj.SandboxImage, Images: pj.Images, PodSubnet: pj.PodSubnet}}

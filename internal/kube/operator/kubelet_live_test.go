@@ -54,40 +54,12 @@ const kubeletPool = `{"nodes":{"min":0,"max":%d},"provider":{"type":"netns","opt
 // fails. TIDE_KUBELET_RUNS=n repeats the scale-up n times (figures for
 // docs/benchmarks.md).
 func TestLiveKubeletNodes(t *testing.T) {
-	kubetest.RequireKubelet(t)
-	if why := netns.Supported(); why != "" {
-		t.Skip(why)
-	}
-	saveSysctls(t)
-	// A short root: the kubelet's sockets live under its machine's data
-	// directory, and a unix socket's path has at most 107 bytes.
-	root, err := os.MkdirTemp("", "tk")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	leftovers := hostPathsBefore()
-	prefix := fmt.Sprintf("tq%04x", os.Getpid()&0xffff)
-	third := 20 + os.Getpid()%200
-	gw := fmt.Sprintf("10.233.%d.1", third)
-	t.Cleanup(func() { removeKubeletMachines(t, prefix); removeHostPaths(t, leftovers) }) // after the operator stopped
-
-	l := startLiveWith(t, kubetest.Options{APIServerSANs: []string{gw}})
-	if err := l.Create(deploy.RBAC); err != nil {
-		t.Fatal(err)
-	}
-	pause, busybox := kubetest.Images(t)
-	bin := machinesRunTide(t)
-	api, err := url.Parse(l.Server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw := forwardWhenUp(t, prefix+"br", net.JoinHostPort(gw, api.Port()), api.Host)
+	ks := startKubeletSetup(t)
+	l, fw := ks.l, ks.fw
 	const n = 3
-	l.nodePool(t, "kl", fmt.Sprintf(kubeletPool, n, prefix, third, filepath.Join(l.Bin, "kubelet"), kubetest.CNIBinDir(),
-		kubetest.PauseImage, pause, busybox))
-	l.runOperatorWith(t, operator.Options{Identity: "kl", Pools: []string{"kl"}, LocalRoot: root, NodeBinary: bin,
-		NodeServer: "https://" + net.JoinHostPort(gw, api.Port()), NodeCA: l.CAFile})
+	l.nodePool(t, "kl", fmt.Sprintf(kubeletPool, n, ks.prefix, ks.third, filepath.Join(l.Bin, "kubelet"), kubetest.CNIBinDir(),
+		kubetest.PauseImage, ks.pause, ks.busybox))
+	ks.runOperator(t, "kl")
 
 	runs := 1
 	if v, err := strconv.Atoi(os.Getenv("TIDE_KUBELET_RUNS")); err == nil && v > 1 {
@@ -104,6 +76,67 @@ func TestLiveKubeletNodes(t *testing.T) {
 	t.Logf("over %d runs of %d pods: pod created → its Node Ready %s; Node Ready → pod Running %s; pod created → Running %s",
 		runs, n, pcts(toReady), pcts(toRunning), pcts(total))
 	l.kubeletEviction(t)
+}
+
+// kubeletSetup is a test control plane that machines in network
+// namespaces reach (at the netns provider's bridge gateway, forwarded to
+// the apiserver), with what a kubelet NodePool needs: tide's RBAC, the
+// images, the machines' tide binary.
+type kubeletSetup struct {
+	l              *live
+	prefix         string // of the machines' namespaces, links and cgroups
+	third          int    // the pool subnet's third octet: 10.233.<third>.0/24
+	gw             string // the bridge gateway
+	root           string // the operator's --local-root
+	bin            string
+	pause, busybox string
+	api            *url.URL
+	fw             *forwarder
+}
+
+// startKubeletSetup skips without root, the netns provider or the kubelet;
+// it restores the sysctls a kubelet changes and removes every machine,
+// namespace, link, cgroup and host path the test leaves, even when it
+// fails.
+func startKubeletSetup(t *testing.T) *kubeletSetup {
+	t.Helper()
+	kubetest.RequireKubelet(t)
+	if why := netns.Supported(); why != "" {
+		t.Skip(why)
+	}
+	saveSysctls(t)
+	// A short root: the kubelet's sockets live under its machine's data
+	// directory, and a unix socket's path has at most 107 bytes.
+	root, err := os.MkdirTemp("", "tk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	leftovers := hostPathsBefore()
+	ks := &kubeletSetup{root: root, prefix: fmt.Sprintf("tq%04x", os.Getpid()&0xffff), third: 20 + os.Getpid()%200}
+	ks.gw = fmt.Sprintf("10.233.%d.1", ks.third)
+	t.Cleanup(func() { removeKubeletMachines(t, ks.prefix); removeHostPaths(t, leftovers) }) // after the operator stopped
+
+	ks.l = startLiveWith(t, kubetest.Options{APIServerSANs: []string{ks.gw}})
+	if err := ks.l.Create(deploy.RBAC); err != nil {
+		t.Fatal(err)
+	}
+	ks.pause, ks.busybox = kubetest.Images(t)
+	ks.bin = machinesRunTide(t)
+	ks.api, err = url.Parse(ks.l.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks.fw = forwardWhenUp(t, ks.prefix+"br", net.JoinHostPort(ks.gw, ks.api.Port()), ks.api.Host)
+	return ks
+}
+
+// runOperator runs tide kube for the NodePool, its machines joining at the
+// bridge gateway.
+func (ks *kubeletSetup) runOperator(t *testing.T, pool string) *operator.Operator {
+	t.Helper()
+	return ks.l.runOperatorWith(t, operator.Options{Identity: pool, Pools: []string{pool}, LocalRoot: ks.root, NodeBinary: ks.bin,
+		NodeServer: "https://" + net.JoinHostPort(ks.gw, ks.api.Port()), NodeCA: ks.l.CAFile})
 }
 
 // kubeletEviction: a busy kubelet Node is drained through the Eviction
@@ -262,7 +295,7 @@ func (l *live) kubeletRun(t *testing.T, name string, n int) kubeletFigures {
 		t.Errorf("%d Nodes for %d pods of 600m on 1-CPU machines, want %d", len(nodes), n, n)
 	}
 	for _, nd := range nodes {
-		checkKubeletNode(t, l, &nd)
+		checkKubeletNode(t, l, "kl", &nd)
 	}
 	secrets, err := l.cs.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: operator.MachineLabel})
 	if err != nil {
@@ -346,12 +379,12 @@ func (l *live) netnsName(machineID string) string {
 
 // checkKubeletNode checks that a Node is a real kubelet's, registered with
 // the pool's template.
-func checkKubeletNode(t *testing.T, l *live, nd *corev1.Node) {
+func checkKubeletNode(t *testing.T, l *live, pool string, nd *corev1.Node) {
 	t.Helper()
 	if want := operator.ProviderID("netns", nd.Name); nd.Spec.ProviderID != want {
 		t.Errorf("Node %s: providerID %q, want %q", nd.Name, nd.Spec.ProviderID, want)
 	}
-	if nd.Labels["tier"] != "kubelet" || nd.Labels["tide.dev/pool"] != "kl" {
+	if nd.Labels["tier"] != "kubelet" || nd.Labels["tide.dev/pool"] != pool {
 		t.Errorf("Node %s: labels %v lack the pool's", nd.Name, nd.Labels)
 	}
 	if !slices.ContainsFunc(nd.Spec.Taints, func(tn corev1.Taint) bool {

@@ -11,9 +11,12 @@ import (
 
 // Metric names, in the head's conventions (tide_<part>_<what>_<unit>).
 const (
-	MetricLoopSeconds    = "tide_kube_loop_seconds"
-	MetricPendingPods    = "tide_kube_pending_pods"
-	MetricUnmatchedPods  = "tide_kube_unmatched_pods"
+	MetricLoopSeconds   = "tide_kube_loop_seconds"
+	MetricPendingPods   = "tide_kube_pending_pods"
+	MetricUnmatchedPods = "tide_kube_unmatched_pods"
+	// MetricUnmodelledPods counts the waiting pods whose placement rules
+	// tide models only in part (counted by their requests alone).
+	MetricUnmodelledPods = "tide_kube_unmodelled_pods"
 	MetricMarkedNodes    = "tide_kube_marked_nodes"
 	MetricScaleUpLatency = "tide_kube_unschedulable_to_create_seconds"
 )
@@ -23,7 +26,9 @@ type metrics struct {
 	pending   *prometheus.GaugeVec
 	markedN   *prometheus.GaugeVec
 	unmatched prometheus.Gauge
-	latency   prometheus.Histogram
+	// unmodelled: MetricUnmodelledPods
+	unmodelled prometheus.Gauge
+	latency    prometheus.Histogram
 	// figures are the target-tracking pools' M, N and
 	// CapacityProviderReservation (autoscale.FigureMetrics).
 	figures *autoscale.FigureMetrics
@@ -39,6 +44,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Nodes of the pool carrying the deletion-candidate taint."}, []string{"pool"}),
 		unmatched: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricUnmatchedPods,
 			Help: "Unschedulable pods no NodePool can run."}),
+		unmodelled: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricUnmodelledPods,
+			Help: "Unschedulable pods whose placement rules tide models only in part: counted by their requests alone."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricScaleUpLatency,
 			Help:    "Time from a pod seen Unschedulable to the pass that launched nodes for it (provider Create).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
@@ -50,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	var err error
 	m.figures, err = autoscale.NewFigureMetrics(reg)
 	errs = append(errs, err)
-	for _, c := range []prometheus.Collector{m.loop, m.pending, m.markedN, m.unmatched, m.latency} {
+	for _, c := range []prometheus.Collector{m.loop, m.pending, m.markedN, m.unmatched, m.unmodelled, m.latency} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

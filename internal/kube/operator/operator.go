@@ -128,6 +128,8 @@ type Operator struct {
 	poke    chan struct{}
 	// unmatched remembers the last event message per unmatched pod.
 	unmatched map[types.UID]string
+	// unmodelled remembers the last NotModelled event message per pod.
+	unmodelled map[types.UID]string
 
 	mu sync.Mutex
 	// seen is when each pod was first seen unschedulable (by the informer
@@ -167,7 +169,7 @@ func New(cfg Config) (*Operator, error) {
 		return nil, err
 	}
 	return &Operator{cfg: cfg, clk: cfg.Clock, log: cfg.Logger, metrics: m, runners: map[string]*runner{},
-		poke: make(chan struct{}, 1), unmatched: map[types.UID]string{}, seen: map[types.UID]*seenPod{}}, nil
+		poke: make(chan struct{}, 1), unmatched: map[types.UID]string{}, unmodelled: map[types.UID]string{}, seen: map[types.UID]*seenPod{}}, nil
 }
 
 // Poke asks for a pass soon (after the batching delay). Safe for concurrent use.
@@ -366,12 +368,17 @@ func (o *Operator) Pass(ctx context.Context) error {
 		for _, key := range rep.Pods[name] {
 			podsOf = append(podsOf, byUID[key])
 		}
+		if r.slots != nil {
+			r.slots.set(rep.Slots[name])
+		}
 		if err := o.runPool(ctx, r, now, rep.Pressure[name], byPool[name], podsOf); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
 		}
 	}
 	o.unmatchedEvents(rep.Unmatched, byUID)
 	o.metrics.unmatched.Set(float64(len(rep.Unmatched)))
+	o.unmodelledEvents(rep.Unmodelled, byUID)
+	o.metrics.unmodelled.Set(float64(len(rep.Unmodelled)))
 	// Forget pods that are bound or gone.
 	o.mu.Lock()
 	live := map[types.UID]bool{}
@@ -412,6 +419,30 @@ func (o *Operator) unmatchedEvents(un []demand.Unmatched, byKey map[string]*core
 	}
 }
 
+// unmodelledEvents tells each waiting pod whose placement rules tide
+// models only in part what it leaves out, once per message.
+func (o *Operator) unmodelledEvents(un []demand.Unmatched, byKey map[string]*corev1.Pod) {
+	live := map[types.UID]bool{}
+	for _, u := range un {
+		p := byKey[u.Namespace+"/"+u.Name]
+		if p == nil {
+			continue
+		}
+		live[p.UID] = true
+		msg := "tide: " + u.Reason
+		if o.unmodelled[p.UID] == msg {
+			continue
+		}
+		o.unmodelled[p.UID] = msg
+		o.event(p, corev1.EventTypeWarning, "NotModelled", msg)
+	}
+	for uid := range o.unmodelled {
+		if !live[uid] {
+			delete(o.unmodelled, uid)
+		}
+	}
+}
+
 func (o *Operator) event(obj runtime.Object, typ, reason, msg string) {
 	if o.cfg.Recorder != nil {
 		o.cfg.Recorder.Event(obj, typ, reason, msg)
@@ -442,6 +473,9 @@ type runner struct {
 	close func()
 	ctl   *controller.Controller
 	auto  *autoscale.Pool
+	// slots is the pool's policy; it packs the pending pods' placement
+	// rules (demand.Slot) too.
+	slots *slotPolicy
 
 	mu       sync.Mutex
 	ordinals map[string]reconcile.NodeID // Node name → ordinal
@@ -524,10 +558,12 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 		}
 	}
 	prov := r.prov
-	pol, err := policy.New(p.Config.PolicyConfig())
+	base, err := policy.New(p.Config.PolicyConfig())
 	if err != nil {
 		return fail(fmt.Errorf("spec.scaling: %w", err))
 	}
+	pol := &slotPolicy{base: base, cfg: p.Config.PolicyConfig()}
+	r.slots = pol
 	journal := kubejournal.New(o.cfg.API, o.cfg.Namespace, "tide-journal-"+name)
 	ctl, err := controller.New(controller.Config{Pool: name, Reconcile: rcfg, Offerings: p.Config.Offerings,
 		Bootstrap: []byte("kubernetes"), ControllerID: o.cfg.Identity, ReconcileInterval: o.cfg.Interval,
