@@ -61,13 +61,23 @@ func (h *Head) ExpireWaiting(ctx context.Context) ([]string, error) {
 	if len(due) == 0 {
 		return nil, nil
 	}
+	due, waits = wholeGangs(pending, due, waits)
 	whys := h.WaitingReasons(ctx, due)
 	// FailPending takes one reason per call: group the due by theirs.
 	var order []string
 	byReason := map[string][]string{}
+	gangReason := map[string]string{} // one reason a gang: one FailPending call fails it whole
 	for i, in := range due {
 		why := cmp.Or(whys[i], "no worker has placed it")
 		reason := fmt.Sprintf("no capacity within %s: %s", waits[i], why)
+		if in.GangID != "" {
+			if r, ok := gangReason[in.GangID]; ok {
+				reason = r
+			} else {
+				reason = fmt.Sprintf("no capacity within %s: gang %s (%d instances): %s", waits[i], in.GangName, in.GangSize, why)
+				gangReason[in.GangID] = reason
+			}
+		}
 		if _, ok := byReason[reason]; !ok {
 			order = append(order, reason)
 		}
@@ -96,4 +106,35 @@ func (h *Head) ExpireWaiting(ctx context.Context) ([]string, error) {
 		h.Poke() // the pressure report loses them
 	}
 	return failed, nil
+}
+
+// wholeGangs adds to due the other members of every gang that has a due
+// member and none started (all its instances PENDING), each with the due
+// member's max_wait, so that max_wait fails such a gang whole: the FailPending
+// call that fails one fails the others with the same reason. A member
+// waiting again while the rest of its gang runs (a restart) is due alone.
+func wholeGangs(pending, due []*store.Instance, waits []time.Duration) ([]*store.Instance, []time.Duration) {
+	members := map[string][]*store.Instance{}
+	for _, in := range pending {
+		if in.GangID != "" && in.CancelRequestedAt.IsZero() {
+			members[in.GangID] = append(members[in.GangID], in)
+		}
+	}
+	isDue := make(map[string]bool, len(due))
+	for _, in := range due {
+		isDue[in.ID] = true
+	}
+	for i, n := 0, len(due); i < n; i++ {
+		g := due[i].GangID
+		if g == "" || len(members[g]) != due[i].GangSize {
+			continue
+		}
+		for _, m := range members[g] {
+			if !isDue[m.ID] {
+				isDue[m.ID] = true
+				due, waits = append(due, m), append(waits, waits[i])
+			}
+		}
+	}
+	return due, waits
 }

@@ -111,3 +111,45 @@ func strOr(p *string) string {
 	}
 	return *p
 }
+
+// TestMaxWaitFailsAGangWhole: a pool's max_wait that comes due for the
+// members of a gang still waiting whole fails every member in one store
+// call, with one reason naming the gang; none is left PENDING to wait for
+// a gang that can never start.
+func TestMaxWaitFailsAGangWhole(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.MaxWait = func(string) time.Duration { return 5 * time.Minute }
+	})
+	e.registerIn("w1", "")
+	ids := e.submitAll(obj{"command": "true", "gang": obj{"name": "g", "size": 3},
+		"resource_requirements": obj{"cpu_cores": 8}})
+	if len(ids) != 3 {
+		t.Fatalf("gang submit returned %v", ids)
+	}
+	if n := e.schedule(); n != 0 {
+		t.Fatalf("placed %d instances of a gang that fits only one at a time", n)
+	}
+	e.clk.Advance(5 * time.Minute)
+	failed, err := e.h.ExpireWaiting(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(failed)
+	want := slices.Sorted(slices.Values(ids))
+	if !slices.Equal(failed, want) {
+		t.Fatalf("failed %v, want the whole gang %v", failed, want)
+	}
+	var reason string
+	for _, id := range ids {
+		in := e.instance(id)
+		if in.Status != "FAILED" || in.FailureReason == nil {
+			t.Fatalf("member %s: %s", id, in.Status)
+		}
+		if reason == "" {
+			reason = *in.FailureReason
+		}
+		if *in.FailureReason != reason || !strings.Contains(reason, "gang g (3 instances)") {
+			t.Fatalf("member %s reason %q (first %q)", id, *in.FailureReason, reason)
+		}
+	}
+}
