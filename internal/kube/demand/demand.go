@@ -15,6 +15,7 @@ package demand
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -331,6 +332,45 @@ func Ordinal(node *corev1.Node) int {
 	return n
 }
 
+// GangAnnotation names the gang a pod belongs to (within its namespace):
+// the pending pods of a gang are one demand, scaled up for all at once or
+// not at all. GangSizeAnnotation is the gang's number of pods; without
+// it the gang is the pods that carry the name. Both may also be labels.
+const (
+	GangAnnotation     = "tide.dev/gang"
+	GangSizeAnnotation = "tide.dev/gang-size"
+)
+
+// Gang returns the gang pod declares ("" for none, else
+// "<namespace>/<name>") and its declared size (0 when not given or not a
+// positive integer).
+func Gang(pod *corev1.Pod) (string, int) {
+	get := func(k string) string {
+		if v, ok := pod.Annotations[k]; ok {
+			return v
+		}
+		return pod.Labels[k]
+	}
+	name := get(GangAnnotation)
+	if name == "" {
+		return "", 0
+	}
+	size, err := strconv.Atoi(get(GangSizeAnnotation))
+	if err != nil || size < 0 {
+		size = 0
+	}
+	return pod.Namespace + "/" + name, size
+}
+
+// Priority returns pod's priority (spec.priority, which admission sets
+// from its PriorityClass; 0 when unset).
+func Priority(pod *corev1.Pod) int {
+	if pod.Spec.Priority != nil {
+		return int(*pod.Spec.Priority)
+	}
+	return 0
+}
+
 // Compute builds every pool's pressure from the cluster's nodes and pods.
 // Nodes belong to the pool named by their PoolLabel; pods bound to
 // a node and not finished are its Running instances (daemons marked);
@@ -383,8 +423,58 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 		}
 		room[pool] = append(room[pool], &roomy{node: cn, free: cn.Resources.Sub(cn.Allocated())})
 	}
+	// Gangs: the pods of a gang bound to a node, and its unschedulable
+	// ones; a gang's demand is decided as a whole below.
+	type gangDemand struct {
+		size, bound int
+		pods        []*corev1.Pod
+	}
+	gangs := map[string]*gangDemand{}
+	gangOf := func(pod *corev1.Pod) *gangDemand {
+		g, size := Gang(pod)
+		if g == "" {
+			return nil
+		}
+		gd := gangs[g]
+		if gd == nil {
+			gd = &gangDemand{}
+			gangs[g] = gd
+		}
+		gd.size = max(gd.size, size)
+		return gd
+	}
+	for _, pod := range pods {
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if gd := gangOf(pod); gd != nil {
+			if pod.Spec.NodeName != "" {
+				gd.bound++
+			} else if Unschedulable(pod) {
+				gd.pods = append(gd.pods, pod)
+			}
+		}
+	}
+	addPending := func(pool string, req capacity.Resources, prio int, gang string, n int) {
+		if pending[pool] == nil {
+			pending[pool] = map[string]*capacity.Pending{}
+		}
+		key := fmt.Sprintf("%d|%s|%s", -prio, gang, req.String())
+		if pending[pool][key] == nil {
+			pending[pool][key] = &capacity.Pending{Requests: req, Priority: prio, Gang: gang}
+		}
+		pending[pool][key].Count += n
+	}
+	done := map[string]bool{}
 	for _, pod := range pods {
 		if !Unschedulable(pod) {
+			continue
+		}
+		if g, _ := Gang(pod); g != "" {
+			if !done[g] {
+				done[g] = true
+				rep.gang(ps, room, gangs[g].pods, gangs[g].size-gangs[g].bound, g, addPending)
+			}
 			continue
 		}
 		var why []string
@@ -400,14 +490,7 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 			if place(room[p.Name], req) {
 				break // about to be scheduled on a Node of the pool
 			}
-			if pending[p.Name] == nil {
-				pending[p.Name] = map[string]*capacity.Pending{}
-			}
-			key := req.String()
-			if pending[p.Name][key] == nil {
-				pending[p.Name][key] = &capacity.Pending{Requests: req}
-			}
-			pending[p.Name][key].Count++
+			addPending(p.Name, req, Priority(pod), "", 1)
 			rep.Pods[p.Name] = append(rep.Pods[p.Name], pod.Namespace+"/"+pod.Name)
 			break
 		}
@@ -484,4 +567,65 @@ func ClearMark(taints []corev1.Taint) []corev1.Taint {
 		}
 	}
 	return out
+}
+
+// gang counts the unschedulable pods of gang g (want of them at least:
+// the declared size less the bound pods, so that members not marked
+// unschedulable yet are bought for in the same purchase) as one demand of
+// the first pool that matches its first pod: when every one fits the room
+// left on the pool's Nodes they are about to be scheduled there; else all
+// of them are demand (no part takes room, none is left out). Members a
+// pool cannot serve are unmatched.
+func (rep *Report) gang(ps []*Pool, room map[string][]*roomy, pods []*corev1.Pod, want int, g string,
+	add func(pool string, req capacity.Resources, prio int, gang string, n int)) {
+	if len(pods) == 0 {
+		return
+	}
+	first := pods[0]
+	var why []string
+	for _, p := range ps {
+		ok, reason := Match(p, first)
+		if !ok {
+			why = append(why, fmt.Sprintf("pool %s: %s", p.Name, reason))
+			continue
+		}
+		req := Requests(first)
+		n := max(len(pods), want)
+		if n == len(pods) && placeAll(room[p.Name], req, n) {
+			return
+		}
+		add(p.Name, req, Priority(first), g, n)
+		for _, pod := range pods {
+			rep.Pods[p.Name] = append(rep.Pods[p.Name], pod.Namespace+"/"+pod.Name)
+		}
+		return
+	}
+	if len(ps) == 0 {
+		why = append(why, "no NodePool exists")
+	}
+	for _, pod := range pods {
+		rep.Unmatched = append(rep.Unmatched, Unmatched{Namespace: pod.Namespace, Name: pod.Name, Reason: strings.Join(why, "; ")})
+	}
+}
+
+// placeAll places n items of req in rooms (first fit) if all of them fit,
+// else leaves rooms as they were.
+func placeAll(rooms []*roomy, req capacity.Resources, n int) bool {
+	free := make([]capacity.Resources, len(rooms))
+	for i, r := range rooms {
+		free[i] = r.free
+	}
+	at := make([]int, 0, n)
+	for range n {
+		i := slices.IndexFunc(free, func(f capacity.Resources) bool { return req.Fits(f) })
+		if i < 0 {
+			return false
+		}
+		free[i] = free[i].Sub(req)
+		at = append(at, i)
+	}
+	for _, i := range at {
+		place(rooms[i:i+1], req)
+	}
+	return true
 }
