@@ -182,16 +182,16 @@ type engine struct {
 	maxFree  capacity.Resources
 	maxDirty bool
 
-	res        Result
+	res Result
 	// gangWaits are the multi-node jobs' waits to their whole start;
 	// partialGPUSec the GPU-seconds their parts held while part waited.
 	gangWaits     []waitCount
 	partialGPUSec float64
-	waits      []waitCount
-	usedSec    [3]float64 // resource-seconds used: millicore-s, byte-s, GPU-s
-	violations []string
-	lastProg   float64
-	series     seriesRecorder
+	waits         []waitCount
+	usedSec       [3]float64 // resource-seconds used: millicore-s, byte-s, GPU-s
+	violations    []string
+	lastProg      float64
+	series        seriesRecorder
 }
 
 func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {

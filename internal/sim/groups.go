@@ -844,8 +844,8 @@ func percentile(sorted []waitCount, p float64) float64 {
 // whether all of them started.
 type gangState struct {
 	running, started, done int32
-	since            time.Time
-	whole            bool
+	since                  time.Time
+	whole                  bool
 }
 
 // gangGroup reports whether job j's groups are placed as gangs.
