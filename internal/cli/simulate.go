@@ -28,6 +28,7 @@ func newSimulateCmd(s Streams) *cobra.Command {
 	var seed uint64
 	var skipBad bool
 	var restartableF float64
+	var gangs bool
 	var cb casesFlags
 	cmd := &cobra.Command{
 		Use:   "simulate --trace FILE [--pool-config F] [--policy NAME|all] | --cases N [--seed S] [--seeds K]",
@@ -51,7 +52,10 @@ examples/simulate/ holds one config per shipped trace.
 or seconds): the jobs submitted in it, with those already running at --from as
 the initial load; what still runs at --to ends there. --restartable F marks a
 fraction F of the jobs (by a hash of the job id) restartable: consolidation may
-move them (the moves and the work they lost are reported). A series that skips bins is read with each missing bin as no
+move them (the moves and the work they lost are reported). --gangs replays the
+jobs split_to_node splits (multi-node jobs) as gangs, started whole or not at
+all; with or without it, their waits and the GPU-hours parts held while others
+of their job waited are reported. A series that skips bins is read with each missing bin as no
 demand (a rate) or no change (a level); the report says how many were missing.
 
 --policy all runs the policies side by side (as many at once as GOMAXPROCS
@@ -99,6 +103,9 @@ NAME runs that policy alone (every policy by default).`,
 					return badInput(fmt.Errorf("--restartable: want a fraction within [0, 1], got %v", restartableF))
 				}
 				cfg.Workload.Restartable = restartableF
+			}
+			if cmd.Flags().Changed("gangs") {
+				cfg.Workload.Gangs = gangs
 			}
 			names, err := simPolicies(pol, cfg)
 			if err != nil {
@@ -175,6 +182,7 @@ NAME runs that policy alone (every policy by default).`,
 	f.StringVar(&htmlPath, "html", "", "also write a self-contained HTML report (charts, table, configuration) to this file")
 	f.StringVar(&fromS, "from", "", "replay the trace from this trace time on (a duration such as 24h, or seconds)")
 	f.StringVar(&toS, "to", "", "replay the trace up to this trace time (a duration such as 48h, or seconds)")
+	f.BoolVar(&gangs, "gangs", false, "replay multi-node jobs (split by split_to_node) as gangs: all parts start together (default: the config's workload.gangs)")
 	f.Float64Var(&restartableF, "restartable", -1, "fraction of the trace's jobs (by a hash of the job id) that consolidation may move, 0..1 (default: the config's workload.restartable, else 0)")
 	f.BoolVar(&skipBad, "skip-bad-rows", false, "skip malformed trace rows (and say how many) instead of failing")
 	f.IntVar(&cb.cases, "cases", 0, "run the policy benchmark on this many generated cases (--seed seeds the generator)")

@@ -191,6 +191,10 @@ type Group struct {
 	Count    int
 	// QueuedAt is when the group's instances became pending.
 	QueuedAt time.Time
+	// Gang: the group's instances are placed all at once or not at all
+	// (a gang, as Place does with Instance.Gang); a gang that does not fit
+	// gives back what it took, fails no shape and gets no reservation.
+	Gang bool
 }
 
 // GroupSource yields pending groups in FIFO order (the order Place would
@@ -246,12 +250,17 @@ func (x *Index) PlaceGroups(src GroupSource, cfg Config, now time.Time, out []Gr
 			continue
 		}
 		left := g.Count
+		mark := len(res.Assignments)
+		var undo []ixUndo
 		for left > 0 {
 			id, ok := x.Best(g.Requests)
 			if !ok {
 				break
 			}
 			e := x.entries[id]
+			if g.Gang {
+				undo = append(undo, ixUndo{id: id, free: e.free})
+			}
 			m := x.runLength(e, g.Requests, int(min(fitCount(g.Requests, e.free), int64(left))))
 			free := e.free.Sub(cpuMem(g.Requests).Scale(int64(m)))
 			free.GPUs = e.free.GPUs - max(g.Requests.GPUs, 0)*int64(m)
@@ -264,6 +273,14 @@ func (x *Index) PlaceGroups(src GroupSource, cfg Config, now time.Time, out []Gr
 			left -= m
 		}
 		if left == 0 {
+			continue
+		}
+		if g.Gang {
+			for k := len(undo) - 1; k >= 0; k-- {
+				e := x.entries[undo[k].id]
+				x.Set(undo[k].id, e.key.ordinal, e.capacity, undo[k].free)
+			}
+			res.Assignments = res.Assignments[:mark]
 			continue
 		}
 		failed[g.Shape] = true
@@ -409,4 +426,10 @@ func deficitOf(req, free, total capacity.Resources) float64 {
 		d += frac(v, free.Extended[k], total.Extended[k])
 	}
 	return d
+}
+
+// ixUndo is a worker's free room before a gang's placement took from it.
+type ixUndo struct {
+	id   int
+	free capacity.Resources
 }

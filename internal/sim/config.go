@@ -141,8 +141,15 @@ func (l Latency) sim() cloudsim.Latency {
 type WorkloadOptions struct {
 	// SplitToNode splits every job larger than the pool's largest node into
 	// node-sized replicas (trace.Job.SplitTo): Philly's 16- to 128-GPU jobs
-	// on 8-GPU nodes. The parts start independently (optimistic for a gang).
+	// on 8-GPU nodes. The parts start independently (optimistic for a gang)
+	// unless Gangs is set.
 	SplitToNode bool `json:"split_to_node,omitempty"`
+	// Gangs replays every job SplitToNode split as a gang: its parts are
+	// placed all at once or not at all, as tide places a gang (issue 36).
+	// Either way the report gives the split jobs' waits (to their last
+	// part's start) and the GPU-hours parts held while others of their job
+	// waited (Result.PartialGangGPUHours: 0 with gangs).
+	Gangs bool `json:"gangs,omitempty"`
 	// NormalizedMachine is what a normalized request of 1.0 stands for
 	// (Google 2011 and Alibaba 2017 publish cpu_norm and mem_norm only).
 	NormalizedMachine capacity.Resources `json:"normalized_machine,omitzero"`

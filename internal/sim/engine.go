@@ -87,6 +87,8 @@ func Run(ctx context.Context, cfg *Config, w *Workload, opts Options) (*Result, 
 
 // engine is one run's state. One goroutine owns it.
 type engine struct {
+	// gangs follows the multi-node jobs (trace.Job.Parts > 1), by job.
+	gangs map[int32]*gangState
 	cfg   *Config
 	w     *Workload
 	opts  Options
@@ -180,12 +182,16 @@ type engine struct {
 	maxFree  capacity.Resources
 	maxDirty bool
 
-	res        Result
-	waits      []waitCount
-	usedSec    [3]float64 // resource-seconds used: millicore-s, byte-s, GPU-s
-	violations []string
-	lastProg   float64
-	series     seriesRecorder
+	res Result
+	// gangWaits are the multi-node jobs' waits to their whole start;
+	// partialGPUSec the GPU-seconds their parts held while part waited.
+	gangWaits     []waitCount
+	partialGPUSec float64
+	waits         []waitCount
+	usedSec       [3]float64 // resource-seconds used: millicore-s, byte-s, GPU-s
+	violations    []string
+	lastProg      float64
+	series        seriesRecorder
 }
 
 func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {
@@ -252,6 +258,7 @@ func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {
 	e.index = scheduler.NewIndex()
 	e.src.e = e
 	e.res = Result{Policy: pcfg.Policy, Seed: opts.Seed, Instances: w.Instances}
+	e.gangs = map[int32]*gangState{}
 	if opts.Buckets > 0 {
 		span := max(w.Horizon, time.Second)
 		e.series = seriesRecorder{width: max(span/time.Duration(opts.Buckets), time.Second)}

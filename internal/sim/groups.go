@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/controller"
@@ -45,7 +46,10 @@ func (e *engine) arrive() {
 	j := e.nextJob
 	e.nextJob++
 	job := &e.w.Jobs[j]
-	if e.opts.perInstance {
+	if job.Parts > 1 {
+		e.gangs[int32(j)] = &gangState{}
+	}
+	if e.opts.perInstance && !e.gangGroup(int32(j)) {
 		for range job.Replicas {
 			e.enqueue(e.newGroup(int32(j), 1))
 		}
@@ -97,6 +101,9 @@ func (e *engine) complete(g int32, run uint64) {
 	}
 	k := int(gr.count)
 	e.stop(g)
+	if st := e.gangs[gr.job]; st != nil {
+		st.done += gr.count
+	}
 	e.finished += k
 	e.release(g)
 }
@@ -104,6 +111,7 @@ func (e *engine) complete(g int32, run uint64) {
 // stop takes a running group off its node and accounts the time it ran.
 func (e *engine) stop(g int32) {
 	gr := &e.groups[g]
+	e.gangRunning(gr.job, -gr.count)
 	n := gr.node
 	ran := e.ran(gr) * float64(gr.count)
 	r := e.shapes[gr.shape]
@@ -364,7 +372,8 @@ func (src *groupSource) Next() (scheduler.Group, bool) {
 		qe := src.e.queues[h.s].items[h.pos]
 		src.push(h.s, h.pos+1)
 		gr := &src.e.groups[qe.g]
-		return scheduler.Group{ID: int(qe.g), Shape: int(h.s), Requests: src.e.shapes[h.s], Count: int(gr.count), QueuedAt: gr.queued}, true
+		return scheduler.Group{ID: int(qe.g), Shape: int(h.s), Requests: src.e.shapes[h.s], Count: int(gr.count), QueuedAt: gr.queued,
+			Gang: src.e.gangGroup(gr.job)}, true
 	}
 	return scheduler.Group{}, false
 }
@@ -437,6 +446,14 @@ func (e *engine) begin(g int32, n *node, k int32) {
 
 	rg := &e.groups[run]
 	job := &e.w.Jobs[rg.job]
+	e.gangRunning(rg.job, k)
+	if st := e.gangs[rg.job]; st != nil && !rg.ran {
+		st.started += k
+		if st.started == int32(job.Replicas) && !job.Preexisting {
+			st.whole = true
+			e.gangWaits = append(e.gangWaits, waitCount{sec: e.now.Sub(Origin.Add(job.Submit)).Seconds(), count: 1})
+		}
+	}
 	if !rg.ran && !job.Preexisting {
 		// The parts of one group placed in one step wait alike: one entry
 		// for them all, so that the waits kept follow the groups placed,
@@ -749,6 +766,7 @@ func (e *engine) finish() (*Result, error) {
 			e.waits = append(e.waits, waitCount{sec: max(e.now.Sub(Origin.Add(job.Submit)).Seconds(), 0), count: int64(job.Replicas)})
 		}
 	}
+	e.gangResults(r)
 	slices.SortFunc(e.waits, func(a, b waitCount) int { return cmp.Compare(a.sec, b.sec) })
 	r.WaitP50, r.WaitP95, r.WaitP99 = percentile(e.waits, 50), percentile(e.waits, 95), percentile(e.waits, 99)
 	r.WaitCurve = waitCurve(e.waits)
@@ -819,4 +837,54 @@ func percentile(sorted []waitCount, p float64) float64 {
 		k -= w.count
 	}
 	return sorted[len(sorted)-1].sec
+}
+
+// gangState follows one multi-node job: its parts running now (and since
+// when), how many started at least once and how many completed, and
+// whether all of them started.
+type gangState struct {
+	running, started, done int32
+	since                  time.Time
+	whole                  bool
+}
+
+// gangGroup reports whether job j's groups are placed as gangs.
+func (e *engine) gangGroup(j int32) bool {
+	return e.cfg.Workload.Gangs && e.gangs[j] != nil
+}
+
+// gangRunning accounts k more (or, negative, fewer) running parts of job
+// j, after charging the GPU time its parts held while part of it waited.
+func (e *engine) gangRunning(j int32, k int32) {
+	st := e.gangs[j]
+	if st == nil {
+		return
+	}
+	job := &e.w.Jobs[j]
+	if st.running > 0 && st.running+st.done < int32(job.Replicas) { // some part waits
+		e.partialGPUSec += e.now.Sub(st.since).Seconds() * float64(st.running) * float64(max(job.Requests.GPUs, 0))
+	}
+	st.running += k
+	st.since = e.now
+}
+
+// gangResults fills r's gang figures at the end of the run: jobs never
+// whole wait until the end, parts still running charge their time.
+func (e *engine) gangResults(r *Result) {
+	for j, st := range e.gangs {
+		job := &e.w.Jobs[j]
+		e.gangRunning(j, 0)
+		if !st.whole && !job.Preexisting {
+			e.gangWaits = append(e.gangWaits, waitCount{sec: max(e.now.Sub(Origin.Add(job.Submit)).Seconds(), 0), count: 1})
+		}
+	}
+	for j := e.nextJob; j < len(e.w.Jobs); j++ {
+		if job := &e.w.Jobs[j]; job.Parts > 1 && !job.Preexisting {
+			e.gangWaits = append(e.gangWaits, waitCount{sec: max(e.now.Sub(Origin.Add(job.Submit)).Seconds(), 0), count: 1})
+		}
+	}
+	slices.SortFunc(e.gangWaits, func(a, b waitCount) int { return cmp.Compare(a.sec, b.sec) })
+	r.Gangs = len(e.gangWaits)
+	r.GangWaitP50, r.GangWaitP95 = percentile(e.gangWaits, 50), percentile(e.gangWaits, 95)
+	r.PartialGangGPUHours = e.partialGPUSec / 3600
 }

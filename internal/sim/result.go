@@ -65,6 +65,15 @@ type Result struct {
 	// Series is the demand and capacity over time, one point per bucket
 	// (Options.Buckets).
 	Series []Point
+	// Gangs counts the jobs split into parts (multi-node jobs);
+	// GangWaitP50 and GangWaitP95 are percentiles of their waits in
+	// seconds, from submit to the start of their last part (the whole job
+	// running; a job never whole counts until the end of the run);
+	// PartialGangGPUHours is the GPU-hours their parts held while other
+	// parts of the same job waited (0 when gangs start whole).
+	Gangs                    int
+	GangWaitP50, GangWaitP95 float64
+	PartialGangGPUHours      float64
 }
 
 // Point is one bucket of Result.Series: the maxima over the bucket.
@@ -192,6 +201,12 @@ type JSONPolicy struct {
 	// of empty nodes in the cluster, and of machines not in it.
 	IdleNodeHours    float64 `json:"idle_node_hours"`
 	OutsideNodeHours float64 `json:"outside_node_hours"`
+	// Gangs, GangWaitP50, GangWaitP95 and PartialGangGPUHours are
+	// Result's; omitted for a workload without multi-node jobs.
+	Gangs               int     `json:"gangs,omitempty"`
+	GangWaitP50         float64 `json:"gang_wait_p50_s,omitempty"`
+	GangWaitP95         float64 `json:"gang_wait_p95_s,omitempty"`
+	PartialGangGPUHours float64 `json:"partial_gang_gpu_hours,omitempty"`
 }
 
 // JSON returns the report in the shape `tide simulate -o json` prints.
@@ -212,7 +227,8 @@ func (r *Report) JSON() JSONReport {
 			ScaleEvents: p.ScaleEvents, Disrupted: p.Disrupted, BoundRatio: ratio, WaitMean: p.WaitMean,
 			Machines: p.Machines, Interrupted: p.Interrupted, Instances: p.Instances, Unfinished: p.Unfinished,
 			EndS: p.End.Seconds(), Consolidated: p.Consolidated, MovedInstances: p.Moved, LostWorkHours: p.LostWorkHours,
-			IdleNodeHours: p.IdleNodeHours, OutsideNodeHours: p.OutsideNodeHours})
+			IdleNodeHours: p.IdleNodeHours, OutsideNodeHours: p.OutsideNodeHours,
+			Gangs: p.Gangs, GangWaitP50: p.GangWaitP50, GangWaitP95: p.GangWaitP95, PartialGangGPUHours: p.PartialGangGPUHours})
 	}
 	for _, s := range r.Skipped {
 		out.NotApplicable = append(out.NotApplicable, JSONSkipped(s))

@@ -39,6 +39,9 @@ type Job struct {
 	Requests capacity.Resources
 	// Replicas is the number of identical instances, at least 1.
 	Replicas int
+	// Parts is how many parts SplitTo cut each replica into (0 when not
+	// split): a split job is one multi-node job, a gang.
+	Parts int
 	// Labels holds the trace's other non-blank columns by name (vc, qos,
 	// phase, priority, ...); nil with Options.DropLabels.
 	Labels map[string]string
@@ -97,6 +100,7 @@ func (j Job) SplitTo(limit capacity.Resources) (out Job, split bool, err error) 
 	}
 	j.Requests = r
 	j.Replicas *= int(k)
+	j.Parts = max(j.Parts, 1) * int(k)
 	return j, true, nil
 }
 

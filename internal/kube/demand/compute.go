@@ -151,7 +151,27 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 	groups := map[string]map[string]*colocated{} // pool → hostname affinity term → pods on one new node
 	var groupOrder []*colocated
 	counted := map[string]capacity.Resources{} // demand counted per pool so far (limits)
+	addPending := func(pool string, req capacity.Resources, prio int, gang string, n int) {
+		if pending[pool] == nil {
+			pending[pool] = map[string]*capacity.Pending{}
+		}
+		key := fmt.Sprintf("%d|%s|%s", -prio, gang, req.String())
+		if pending[pool][key] == nil {
+			pending[pool][key] = &capacity.Pending{Requests: req, Priority: prio, Gang: gang}
+		}
+		pending[pool][key].Count += n
+		counted[pool] = counted[pool].Add(req.Scale(int64(n)))
+	}
+	gangs := gangsOf(pods)
+	gangDone := map[string]bool{}
 	for _, pod := range waiting {
+		if g, _ := Gang(pod); g != "" {
+			if !gangDone[g] {
+				gangDone[g] = true
+				rep.gang(w, ps, gangs[g], g, counted, addPending)
+			}
+			continue
+		}
 		var why []string
 		served := false
 		// The pools that admit the pod: room left on any of their Nodes
@@ -197,7 +217,6 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 				break // about to be scheduled on a Node of the pool
 			}
 			rep.Pods[p.Name] = append(rep.Pods[p.Name], pod.Namespace+"/"+pod.Name)
-			counted[p.Name] = counted[p.Name].Add(out.req)
 			if slots[p.Name] == nil {
 				slots[p.Name] = map[string]Slot{}
 			}
@@ -213,14 +232,7 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 				out.group.req = out.group.req.Add(out.req)
 				break
 			}
-			if pending[p.Name] == nil {
-				pending[p.Name] = map[string]*capacity.Pending{}
-			}
-			key := out.req.String()
-			if pending[p.Name][key] == nil {
-				pending[p.Name][key] = &capacity.Pending{Requests: out.req}
-			}
-			pending[p.Name][key].Count++
+			addPending(p.Name, out.req, Priority(pod), "", 1)
 			break
 		}
 		if !served {
@@ -317,4 +329,93 @@ func initializing(p *Pool, n *corev1.Node) capacity.Resources {
 		break
 	}
 	return r
+}
+
+// gangDemand is a gang's pods: how many it declares, how many are bound
+// to a Node, and its unschedulable ones.
+type gangDemand struct {
+	size, bound int
+	pods        []*corev1.Pod
+}
+
+// gangsOf collects the gangs of pods (see Gang), finished pods left out.
+func gangsOf(pods []*corev1.Pod) map[string]*gangDemand {
+	gangs := map[string]*gangDemand{}
+	for _, pod := range pods {
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		g, size := Gang(pod)
+		if g == "" {
+			continue
+		}
+		gd := gangs[g]
+		if gd == nil {
+			gd = &gangDemand{}
+			gangs[g] = gd
+		}
+		gd.size = max(gd.size, size)
+		switch {
+		case pod.Spec.NodeName != "":
+			gd.bound++
+		case Unschedulable(pod):
+			gd.pods = append(gd.pods, pod)
+		}
+	}
+	return gangs
+}
+
+// gang counts gang g's unschedulable pods (at least its declared size
+// less its bound pods, so that members not marked unschedulable yet are
+// bought for in the same purchase) as one demand of one pool: the first
+// that admits its first pod and has room on its Nodes for every one of
+// them (they are about to be scheduled there), else the one routing
+// prefers among those that admit it, where all of them are demand (no part
+// takes room, none is left out). A gang is counted by its requests: the
+// placement rules of its pods are not modelled (Report.Unmodelled says so
+// when they have any). Members no pool admits are unmatched.
+func (rep *Report) gang(w *world, ps []*Pool, gd *gangDemand, g string, counted map[string]capacity.Resources,
+	add func(pool string, req capacity.Resources, prio int, gang string, n int)) {
+	if gd == nil || len(gd.pods) == 0 {
+		return
+	}
+	first := gd.pods[0]
+	var why []string
+	var fit []*Pool
+	for _, p := range ps {
+		if _, reason := Allowed(p, first); reason != "" {
+			why = append(why, fmt.Sprintf("pool %s: %s", p.Name, reason))
+			continue
+		}
+		fit = append(fit, p)
+	}
+	if len(fit) == 0 {
+		if len(ps) == 0 {
+			why = append(why, "no NodePool exists")
+		}
+		for _, pod := range gd.pods {
+			rep.Unmatched = append(rep.Unmatched, Unmatched{Namespace: pod.Namespace, Name: pod.Name, Reason: strings.Join(why, "; ")})
+		}
+		return
+	}
+	req := Requests(first)
+	n := max(len(gd.pods), gd.size-gd.bound)
+	if r := parseRules(first); !r.none() {
+		for _, pod := range gd.pods {
+			rep.Unmodelled = append(rep.Unmodelled, Unmatched{Namespace: pod.Namespace, Name: pod.Name,
+				Reason: "counted by its requests alone: the placement rules of a gang's pods are not modelled"})
+		}
+	}
+	if n == len(gd.pods) {
+		for _, p := range fit {
+			if w.placeAll(p, gd.pods, req) {
+				return
+			}
+		}
+	}
+	p := choose(fit, req, counted)
+	add(p.Name, req, Priority(first), g, n)
+	for _, pod := range gd.pods {
+		rep.Pods[p.Name] = append(rep.Pods[p.Name], pod.Namespace+"/"+pod.Name)
+	}
 }

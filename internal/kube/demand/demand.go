@@ -476,3 +476,42 @@ func ClearMark(taints []corev1.Taint) []corev1.Taint {
 	}
 	return out
 }
+
+// GangAnnotation names the gang a pod belongs to (within its namespace):
+// the pending pods of a gang are one demand, scaled up for all at once or
+// not at all. GangSizeAnnotation is the gang's number of pods; without
+// it the gang is the pods that carry the name. Both may also be labels.
+const (
+	GangAnnotation     = "tide.dev/gang"
+	GangSizeAnnotation = "tide.dev/gang-size"
+)
+
+// Gang returns the gang pod declares ("" for none, else
+// "<namespace>/<name>") and its declared size (0 when not given or not a
+// positive integer).
+func Gang(pod *corev1.Pod) (string, int) {
+	get := func(k string) string {
+		if v, ok := pod.Annotations[k]; ok {
+			return v
+		}
+		return pod.Labels[k]
+	}
+	name := get(GangAnnotation)
+	if name == "" {
+		return "", 0
+	}
+	size, err := strconv.Atoi(get(GangSizeAnnotation))
+	if err != nil || size < 0 {
+		size = 0
+	}
+	return pod.Namespace + "/" + name, size
+}
+
+// Priority returns pod's priority (spec.priority, which admission sets
+// from its PriorityClass; 0 when unset).
+func Priority(pod *corev1.Pod) int {
+	if pod.Spec.Priority != nil {
+		return int(*pod.Spec.Priority)
+	}
+	return 0
+}

@@ -479,6 +479,40 @@ func (w *world) hasRoom(p *Pool, pod *corev1.Pod) bool {
 	return false
 }
 
+// placeAll places every one of pods (each requesting req) in the room
+// left on p's Nodes (first fit, their node selectors honoured) if all of
+// them fit, and else leaves the room as it was.
+func (w *world) placeAll(p *Pool, pods []*corev1.Pod, req capacity.Resources) bool {
+	free := map[*simNode]capacity.Resources{}
+	at := make([]*simNode, 0, len(pods))
+	for _, pod := range pods {
+		var got *simNode
+		for _, n := range w.nodes {
+			if !n.room || n.node.Labels[PoolLabel] != p.Name || labelsMatch(pod, n.node.Labels) != "" {
+				continue
+			}
+			f, ok := free[n]
+			if !ok {
+				f = n.free
+			}
+			if req.Fits(f) {
+				free[n], got = f.Sub(req), n
+				break
+			}
+		}
+		if got == nil {
+			return false
+		}
+		at = append(at, got)
+	}
+	for i, n := range at {
+		n.free = n.free.Sub(req)
+		n.add(pods[i])
+		n.cn.Running = append(n.cn.Running, capacity.Instance{Requests: req})
+	}
+	return true
+}
+
 func (w *world) place(p *Pool, offs []capacity.Offering, pod *corev1.Pod, groups map[string]*colocated) outcome {
 	req := Requests(pod)
 	r := parseRules(pod)
