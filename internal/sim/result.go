@@ -65,6 +65,9 @@ type Result struct {
 	// Series is the demand and capacity over time, one point per bucket
 	// (Options.Buckets).
 	Series []Point
+
+	// waits are every instance's wait, sorted: RunPools merges the pools'.
+	waits []waitCount
 }
 
 // Point is one bucket of Result.Series: the maxima over the bucket.
