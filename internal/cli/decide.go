@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,7 +60,8 @@ See docs/decide.md for the format. Use --snapshot - to read standard input.`,
 			if err != nil {
 				return badInput(err)
 			}
-			in := decide.Input{Pool: p.Name, Policy: p.PolicyConfig(), Reconcile: p.ReconcileConfig(), Interval: p.ReconcileEvery(), Lifecycle: lc}
+			in := decide.Input{Pool: p.Name, Policy: p.PolicyConfig(), Reconcile: p.ReconcileConfig(), Interval: p.ReconcileEvery(), Lifecycle: lc,
+				Routes: config.Routes(cfg.Pools), Strategy: cfg.Strategy}
 			if stepsPath != "" {
 				return runSteps(s, in, cfgPath, stepsPath, output)
 			}
@@ -291,6 +293,21 @@ func printDecision(w io.Writer, r decide.Result) error {
 		return err
 	}
 	fmt.Fprintf(tw, "state\t%s\n", state)
+	for _, rt := range r.Routing {
+		var cands []string
+		for _, c := range rt.Candidates {
+			cands = append(cands, fmt.Sprintf("%s $%.2f/h weight %d", c.Pool, c.Cost, c.Weight))
+		}
+		fmt.Fprintf(tw, "routing %d x %s\tcould serve: %s\n", rt.Count, rt.Requests, list(cands))
+		fmt.Fprintf(tw, "\t%s\n", rt.Why)
+		if len(rt.Split) > 0 {
+			var parts []string
+			for _, p := range slices.Sorted(maps.Keys(rt.Split)) {
+				parts = append(parts, fmt.Sprintf("%s %d", p, rt.Split[p]))
+			}
+			fmt.Fprintf(tw, "\tstrategy split: %s\n", strings.Join(parts, ", "))
+		}
+	}
 	if c := r.Controller; c != nil {
 		tick := "no tick (next " + c.NextTick.UTC().Format(time.RFC3339) + ")"
 		if c.Ticked {

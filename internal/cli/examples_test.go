@@ -29,6 +29,22 @@ func TestShippedExamples(t *testing.T) {
 				t.Errorf("mix = %v, want 13 × c8/spot", tide["mix"])
 			}
 		}},
+		// The same burst on a file of two pools that fit (od, spot) and a
+		// GPU pool that does not: the routing says spot is the cheaper and
+		// the strategy splits the 40 instances 2 + 10 on od, 28 on spot.
+		{"two-pools.yaml", "burst.json", 15, func(t *testing.T, res map[string]any) {
+			rt, _ := res["routing"].([]any)
+			if len(rt) != 1 {
+				t.Fatalf("routing = %v, want one group", res["routing"])
+			}
+			r := rt[0].(map[string]any)
+			cands, _ := r["candidates"].([]any)
+			split, _ := r["split"].(map[string]any)
+			if len(cands) != 2 || cands[0].(map[string]any)["Pool"] != "spot" || cands[1].(map[string]any)["Pool"] != "od" ||
+				split["od"] != 11.0 || split["spot"] != 29.0 || !strings.Contains(r["why"].(string), "by strategy: base 2 of od") {
+				t.Errorf("routing = %v, want candidates spot then od, split od 11 spot 29", r)
+			}
+		}},
 		// Seed 000: queued=12, inflight=4, capacity=8 → 6 nodes.
 		{"skyward.yaml", "skyward.json", 6, nil},
 		// Seed 002, "Scaling out" step 2: M = 4, N = 3, reservation 133.
@@ -46,10 +62,11 @@ func TestShippedExamples(t *testing.T) {
 			}
 		}},
 	}
+	argsFor := map[string][]string{"two-pools.yaml": {"--pool", "od"}}
 	for _, tt := range tests {
-		t.Run(tt.snapshot, func(t *testing.T) {
-			code, out, errs := run(t, "", "decide", "--config", filepath.Join(dir, tt.config),
-				"--snapshot", filepath.Join(dir, tt.snapshot), "-o", "json")
+		t.Run(tt.config+"/"+tt.snapshot, func(t *testing.T) {
+			code, out, errs := run(t, "", append([]string{"decide", "--config", filepath.Join(dir, tt.config),
+				"--snapshot", filepath.Join(dir, tt.snapshot), "-o", "json"}, argsFor[tt.config]...)...)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
@@ -64,9 +81,13 @@ func TestShippedExamples(t *testing.T) {
 				tt.check(t, res)
 			}
 			// The table form works too.
-			if code, _, errs := run(t, "", "decide", "--config", filepath.Join(dir, tt.config),
-				"--snapshot", filepath.Join(dir, tt.snapshot)); code != 0 {
+			code, table, errs := run(t, "", append([]string{"decide", "--config", filepath.Join(dir, tt.config),
+				"--snapshot", filepath.Join(dir, tt.snapshot)}, argsFor[tt.config]...)...)
+			if code != 0 {
 				t.Fatalf("table: exit %d: %s", code, errs)
+			}
+			if _, ok := res["routing"]; ok && !strings.Contains(table, "could serve: spot $0.22/h weight 0, od $0.40/h weight 0") {
+				t.Errorf("the table does not show the routing:\n%s", table)
 			}
 		})
 	}

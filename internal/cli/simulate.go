@@ -24,7 +24,7 @@ import (
 const htmlBuckets = 600
 
 func newSimulateCmd(s Streams) *cobra.Command {
-	var tracePath, cfgPath, pol, output, htmlPath, fromS, toS string
+	var tracePath, cfgPath, pol, output, htmlPath, fromS, toS, routingMode string
 	var seed uint64
 	var skipBad bool
 	var restartableF float64
@@ -78,7 +78,16 @@ dominates tide (cheaper by more than the seed spread at an equal or shorter
 mean p95 wait), tide's cost against the cheapest other policy and the lower
 bound, and each policy's p95 wait against the boot time. The traces come
 from --traces, their configs from --configs (examples/simulate). --policy
-NAME runs that policy alone (every policy by default).`,
+NAME runs that policy alone (every policy by default).
+
+--routing tide|first|both replays a config of several pools (each of
+provider type sim, an optional strategy beside them) together: each job is
+routed at its submission as the head routes an instance (internal/routing:
+weight, effective cost, a pool at its max overflowing, the strategy's split)
+or to the first pool that fits (first-match, tide's routing before weights
+and costs), then every pool runs its share on its own simulated cloud; the
+report gives the cluster's cost and waits and each pool's share.
+examples/simulate/pools/two-pools.yaml is an on-demand and a spot pool.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cb.cases > 0 {
@@ -91,6 +100,9 @@ NAME runs that policy alone (every policy by default).`,
 				return badInput(fmt.Errorf("-o: want table or json, got %q", output))
 			}
 			defer simGC()()
+			if routingMode != "" {
+				return runPoolsSim(cmd, s, tracePath, cfgPath, pol, routingMode, output, seed, skipBad)
+			}
 			cfg, err := simConfig(cfgPath, tracePath)
 			if err != nil {
 				return badInput(err)
@@ -176,6 +188,7 @@ NAME runs that policy alone (every policy by default).`,
 	f := cmd.Flags()
 	f.StringVar(&tracePath, "trace", "", "trace file (CSV) to replay")
 	f.StringVar(&cfgPath, "pool-config", "", "simulation config (YAML): one pool of provider type sim, plus workload and scheduler sections")
+	f.StringVar(&routingMode, "routing", "", "replay a config of several pools together, each job routed at submission: tide (weight, cost, overflow, strategy: as the head), first (the first pool that fits) or both")
 	f.StringVar(&pol, "policy", "", "policy to run: "+strings.Join(policy.Names, ", ")+", or all (default: the pool's)")
 	f.Uint64Var(&seed, "seed", 1, "seed of the simulated cloud's randomness (boot latencies, spot interruptions)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")

@@ -28,6 +28,7 @@ import (
 	"github.com/tide-project/tide/internal/lifecycle"
 	"github.com/tide-project/tide/internal/policy"
 	"github.com/tide-project/tide/internal/reconcile"
+	"github.com/tide-project/tide/internal/routing"
 	"github.com/tide-project/tide/internal/validate"
 )
 
@@ -70,6 +71,28 @@ type Input struct {
 	// controller view also decides which machines are replaced (repair,
 	// drift, expiry) and says which wait.
 	Lifecycle lifecycle.Config
+	// Routes are every pool of the configuration, in file order, and
+	// Strategy its capacity-provider strategy: with two pools or more, the
+	// result says where the head would route each pending group
+	// (internal/routing). Empty: no routing is shown.
+	Routes   []routing.Pool
+	Strategy routing.Strategy
+}
+
+// Route is where the head routes one pending group of the snapshot (as if
+// it named no pool): which pools could serve it and at what cost, which
+// one is chosen and why, and with a strategy how its instances split (no
+// instance live before them).
+type Route struct {
+	Requests capacity.Resources `json:"requests"`
+	Count    int                `json:"count"`
+	// Pool is the chosen pool ("" when none fits), Why says why in words.
+	Pool string `json:"pool"`
+	Why  string `json:"why"`
+	// Candidates are the pools that could serve, in preference order.
+	Candidates []routing.Candidate `json:"candidates"`
+	// Split is the strategy's split of the group by pool (nil without one).
+	Split map[string]int `json:"split,omitempty"`
 }
 
 // Result is the output of one decision.
@@ -93,6 +116,9 @@ type Result struct {
 	// Controller is the controller step after the policy (with a
 	// snapshot's controller view only).
 	Controller *Plan `json:"controller,omitempty"`
+	// Routing is where the head routes each pending group, with two pools
+	// or more in the configuration (Input.Routes).
+	Routing []Route `json:"routing,omitempty"`
 }
 
 // Parse decodes and validates a snapshot. Unknown fields, negative counts and
@@ -263,5 +289,40 @@ func Decide(in Input, s Snapshot) (Result, error) {
 		}
 		res.Controller = pl
 	}
+	if len(in.Routes) > 1 {
+		res.Routing = routes(in, s.Pending)
+	}
 	return res, nil
 }
+
+// routes is where the head routes each pending group (Result.Routing).
+func routes(in Input, pending []capacity.Pending) []Route {
+	var out []Route
+	for _, g := range pending {
+		if g.Count <= 0 {
+			continue
+		}
+		d := routing.Route(in.Routes, nil, nil, g.Requests)
+		r := Route{Requests: g.Requests, Count: g.Count, Pool: d.Pool, Why: d.String(), Candidates: d.Cands}
+		if len(in.Strategy) > 0 && d.Pool != "" {
+			n := min(g.Count, maxSplit)
+			ds := routing.Split(in.Strategy, d, nil, n)
+			if ds[0].Strategy != "" {
+				r.Split = map[string]int{}
+				for _, x := range ds {
+					r.Split[x.Pool]++
+				}
+				r.Pool, r.Why = ds[0].Pool, ds[0].String()
+			}
+		}
+		if r.Candidates == nil {
+			r.Candidates = []routing.Candidate{}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// maxSplit bounds the instances of one group split by a strategy in a
+// decide (a snapshot may claim a huge count).
+const maxSplit = 100000

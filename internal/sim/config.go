@@ -210,11 +210,19 @@ func (s SchedulerOptions) reserveAfter() time.Duration {
 
 // LoadConfig reads and validates a simulation configuration file.
 func LoadConfig(path string) (*Config, error) {
+	data, err := readConfigFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseConfig(path, data)
+}
+
+func readConfigFile(path string) ([]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading pool config: %w", err)
 	}
-	return ParseConfig(path, data)
+	return data, nil
 }
 
 // ParseConfig decodes and validates a simulation configuration; name
@@ -241,7 +249,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		return nil, err
 	}
 	if len(f.Pools) != 1 {
-		return nil, fmt.Errorf("%s: pools: a simulation replays one pool, got %d", name, len(f.Pools))
+		return nil, fmt.Errorf("%s: pools: a simulation replays one pool, got %d (several pools: tide simulate --routing)", name, len(f.Pools))
 	}
 	c := &Config{Name: name, Pool: f.Pools[0], Workload: raw.Workload, Scheduler: raw.Scheduler}
 	where := fmt.Sprintf("%s: pool %q", name, c.Pool.Name)

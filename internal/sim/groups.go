@@ -770,6 +770,7 @@ func (e *engine) finish() (*Result, error) {
 	slices.SortFunc(e.waits, func(a, b waitCount) int { return cmp.Compare(a.sec, b.sec) })
 	r.WaitP50, r.WaitP95, r.WaitP99 = percentile(e.waits, 50), percentile(e.waits, 95), percentile(e.waits, 99)
 	r.WaitCurve = waitCurve(e.waits)
+	r.waits = e.waits
 	var sum float64
 	var total int64
 	for _, w := range e.waits {

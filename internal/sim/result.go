@@ -74,6 +74,9 @@ type Result struct {
 	Gangs                    int
 	GangWaitP50, GangWaitP95 float64
 	PartialGangGPUHours      float64
+
+	// waits are every instance's wait, sorted: RunPools merges the pools'.
+	waits []waitCount
 }
 
 // Point is one bucket of Result.Series: the maxima over the bucket.

@@ -151,6 +151,12 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 	groups := map[string]map[string]*colocated{} // pool → hostname affinity term → pods on one new node
 	var groupOrder []*colocated
 	counted := map[string]capacity.Resources{} // demand counted per pool so far (limits)
+	joined := map[string]capacity.Resources{}  // what the pool's Nodes hold
+	for pool, ns := range byPool {
+		for _, n := range ns {
+			joined[pool] = joined[pool].Add(n.Resources)
+		}
+	}
 	addPending := func(pool string, req capacity.Resources, prio int, gang string, n int) {
 		if pending[pool] == nil {
 			pending[pool] = map[string]*capacity.Pending{}
@@ -168,7 +174,7 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 		if g, _ := Gang(pod); g != "" {
 			if !gangDone[g] {
 				gangDone[g] = true
-				rep.gang(w, ps, gangs[g], g, counted, addPending)
+				rep.gang(w, ps, gangs[g], g, counted, joined, addPending)
 			}
 			continue
 		}
@@ -193,7 +199,7 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 			roomy := slices.IndexFunc(fit, func(p *Pool) bool { return w.hasRoom(p, pod) })
 			first := roomy
 			if first < 0 {
-				first = slices.Index(fit, choose(fit, Requests(pod), counted))
+				first = slices.Index(fit, choose(fit, Requests(pod), counted, joined))
 			}
 			if first > 0 {
 				fit = append([]*Pool{fit[first]}, slices.Delete(slices.Clone(fit), first, first+1)...)
@@ -374,7 +380,7 @@ func gangsOf(pods []*corev1.Pod) map[string]*gangDemand {
 // takes room, none is left out). A gang is counted by its requests: the
 // placement rules of its pods are not modelled (Report.Unmodelled says so
 // when they have any). Members no pool admits are unmatched.
-func (rep *Report) gang(w *world, ps []*Pool, gd *gangDemand, g string, counted map[string]capacity.Resources,
+func (rep *Report) gang(w *world, ps []*Pool, gd *gangDemand, g string, counted, joined map[string]capacity.Resources,
 	add func(pool string, req capacity.Resources, prio int, gang string, n int)) {
 	if gd == nil || len(gd.pods) == 0 {
 		return
@@ -413,7 +419,7 @@ func (rep *Report) gang(w *world, ps []*Pool, gd *gangDemand, g string, counted 
 			}
 		}
 	}
-	p := choose(fit, req, counted)
+	p := choose(fit, req.Scale(int64(n)), counted, joined)
 	add(p.Name, req, Priority(first), g, n)
 	for _, pod := range gd.pods {
 		rep.Pods[p.Name] = append(rep.Pods[p.Name], pod.Namespace+"/"+pod.Name)

@@ -421,11 +421,13 @@ func Ordinal(node *corev1.Node) int {
 // choose is the pool of fit (in name order, none empty) an unschedulable pod
 // with requests req is counted against: routing.Route's choice among them
 // (weight, then cost, a pool with a shortfall overflowing), a pool being
-// short when it says so (Pool.Short) or when one more node of a fitting
-// offering, over what it holds and the demand counted on it before, would
-// cross a limit. Pools without offerings are chosen only when no pool with
-// offerings fits: the first of them.
-func choose(fit []*Pool, req capacity.Resources, counted map[string]capacity.Resources) *Pool {
+// short when it says so (Pool.Short), or when it has limits, the demand
+// counted on it before with req does not fit what its machines not yet
+// Nodes hold (booting for that demand: held less joined), and one more
+// node of a fitting offering, over what it holds and the demand beyond
+// those machines, would cross a limit. Pools without offerings are chosen
+// only when no pool with offerings fits: the first of them.
+func choose(fit []*Pool, req capacity.Resources, counted, joined map[string]capacity.Resources) *Pool {
 	byName := map[string]*Pool{}
 	rps := make([]routing.Pool, len(fit))
 	for i, p := range fit {
@@ -440,8 +442,12 @@ func choose(fit []*Pool, req capacity.Resources, counted map[string]capacity.Res
 		if p.Limits.IsZero() {
 			return ""
 		}
+		booting := nonNegative(p.Held.Resources.Sub(joined[name]))
+		if counted[name].Add(req).Fits(booting) {
+			return "" // machines on their way hold it
+		}
 		h := p.Held
-		h.Resources = h.Resources.Add(counted[name])
+		h.Resources = h.Resources.Add(nonNegative(counted[name].Sub(booting)))
 		why := ""
 		for _, o := range p.Offerings {
 			if !slices.Contains(fits, o.Name()) {
@@ -457,6 +463,12 @@ func choose(fit []*Pool, req capacity.Resources, counted map[string]capacity.Res
 		return byName[d.Pool]
 	}
 	return fit[0]
+}
+
+// nonNegative is r with its negative CPU, memory and GPUs made zero.
+func nonNegative(r capacity.Resources) capacity.Resources {
+	r.MilliCPU, r.Memory, r.GPUs = max(r.MilliCPU, 0), max(r.Memory, 0), max(r.GPUs, 0)
+	return r
 }
 
 // SetMark returns taints with the deletion-candidate taint for a mark made

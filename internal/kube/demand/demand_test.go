@@ -314,7 +314,8 @@ func TestComputeRoutesToTheCheapestPool(t *testing.T) {
 		{"the cheaper, second in name order", []Pool{od, spot}, map[string]int{"b-spot": 3}},
 		{"the heavier beats the cheaper", []Pool{heavy, spot}, map[string]int{"a-od": 3}},
 		{"limits.cpu 8 takes two 4-CPU nodes' worth, the third overflows", []Pool{od, limited}, map[string]int{"b-spot": 2, "a-od": 1}},
-		{"a held node counts against the limit", []Pool{od, heldOne}, map[string]int{"b-spot": 1, "a-od": 2}},
+		{"a machine on its way (held, no Node yet) takes the first; one more node fits, the third overflows", []Pool{od, heldOne},
+			map[string]int{"b-spot": 2, "a-od": 1}},
 		{"a pool short of room overflows", []Pool{od, shortSpot}, map[string]int{"a-od": 3}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -330,10 +331,19 @@ func TestComputeRoutesToTheCheapestPool(t *testing.T) {
 			}
 		})
 	}
+	// The held machine is a full Node: it holds none of them, one more
+	// node takes the first, the other two overflow.
+	full := []*corev1.Node{node("b-spot-0", "b-spot", 0, rl("cpu", "4", "memory", "16Gi"))}
+	busy := append([]*corev1.Pod{pod("busy", rl("cpu", "4"), on("b-spot-0"))}, three...)
+	rep := Compute([]Pool{od, heldOne}, full, busy)
+	sp, o := rep.Pressure["b-spot"], rep.Pressure["a-od"]
+	if sp.Queued() != 1 || o.Queued() != 2 {
+		t.Errorf("held machine joined and full: spot %d, od %d queued; want 1 and 2", sp.Queued(), o.Queued())
+	}
 	// Room on a Node of the dearer pool: the pod is placed there, not demand.
 	nodes := []*corev1.Node{node("a-od-0", "a-od", 0, rl("cpu", "4", "memory", "16Gi"))}
-	rep := Compute([]Pool{od, spot}, nodes, three[:1])
-	sp, o := rep.Pressure["b-spot"], rep.Pressure["a-od"]
+	rep = Compute([]Pool{od, spot}, nodes, three[:1])
+	sp, o = rep.Pressure["b-spot"], rep.Pressure["a-od"]
 	if sp.Queued() != 0 || o.Inflight() != 1 {
 		t.Errorf("with room on a-od-0: %+v", rep.Pressure)
 	}
