@@ -491,7 +491,7 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 		}
 		n.deadline = time.Time{}
 		if !n.joined && c.mustRegister() {
-			if info, ok := c.info[n.rec.MachineID]; !c.infoOK || !ok || !info.Registered {
+			if info, ok := c.info[n.rec.MachineID]; !c.infoOK || !ok || !info.Registered || info.Unhealthy != "" {
 				if n.configuredAt.IsZero() {
 					n.configuredAt = now
 				}
