@@ -55,7 +55,7 @@ func TestNotReadyNodeIsRepaired(t *testing.T) {
 		RequireRegistration: true, Lifecycle: lc},
 		controller.Deps{Provider: prov, Journal: kubejournal.New(api, "default", "tide-journal-rep"),
 			Workload: workload.New(api, prov.NodeName, nil),
-			Events: controller.EventFunc(func(e controller.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })})
+			Events:   controller.EventFunc(func(e controller.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })})
 	if err != nil {
 		t.Fatal(err)
 	}
