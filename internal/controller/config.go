@@ -172,6 +172,9 @@ func (c Config) withDefaults() Config {
 		c.TimeoutsBeforeBackoff = DefaultTimeoutsBeforeBackoff
 	}
 	c.NodeHash = maps.Clone(c.NodeHash)
+	if c.Lifecycle.Offerings == nil {
+		c.Lifecycle.Offerings = c.Offerings
+	}
 	c.Offerings = slices.Clone(c.Offerings)
 	c.Bootstrap = slices.Clone(c.Bootstrap)
 	return c

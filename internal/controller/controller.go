@@ -89,6 +89,9 @@ type Controller struct {
 	// each offering; breaker is the repair breaker's last text.
 	timeouts map[string]int
 	breaker  string
+	// replaceOffers are the cheaper offerings replace moves asked for, in
+	// order: the next nodes provisioned beyond a purchase take them.
+	replaceOffers []string
 
 	mu     sync.Mutex
 	inbox  []reconcile.Event

@@ -107,6 +107,21 @@
 // next tick; while the journal refuses writes nothing is created. Every one
 // of them is an Event.
 //
+// # After a node joins
+//
+// With RequireRegistration and a Workload that is an Inspector (the head:
+// a worker of the machine's name; Kubernetes: a Ready Node), a Configured
+// machine joins only once its agent registered, and is replaced after
+// RegistrationTimeout otherwise; launch and registration timeouts of one
+// offering TimeoutsBeforeBackoff times in a row back it off like an
+// insufficient-capacity answer. Every tick the Inspector's answer feeds
+// lifecycle.Decide (repair with its breaker, drift by the HashLabel each
+// machine is created with, expiry, under the disruption budget); each
+// replacement is a reconcile.Replace, so the replacement launches first.
+// A repaired node's drain is a loss (Forget: its work handled as a lost
+// worker's); a drifted or expired one is cordoned, its restartable work
+// moved off (Evacuator), and drained as usual. See docs/lifecycle.md.
+//
 // # Observability
 //
 // Events go to the EventSink, to the slog.Logger (Warning at warn level) and

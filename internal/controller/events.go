@@ -88,11 +88,13 @@ const (
 	// or healthy again.
 	ReasonUnhealthy = "unhealthy"
 	ReasonRecovered = "recovered"
-	// ReasonRepair, ReasonDrift, ReasonExpired: a node is replaced
-	// (lifecycle's reasons); ReasonRepairBreaker: repair is held.
+	// ReasonRepair, ReasonDrift, ReasonExpired, ReasonReplace (a cheaper
+	// offering): a node is replaced (lifecycle's reasons);
+	// ReasonRepairBreaker: repair is held.
 	ReasonRepair        = "repair"
 	ReasonDrift         = "drift"
 	ReasonExpired       = "expired"
+	ReasonReplace       = "replace"
 	ReasonRepairBreaker = "repair-breaker"
 	// ReasonDisruptionWait: a node due for a replacement waits (budget,
 	// work that may not be disrupted, repair_after not reached).

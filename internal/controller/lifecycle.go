@@ -118,9 +118,15 @@ func (c *Controller) lifecycleStep(now time.Time) {
 		}
 		ln := lifecycle.Node{ID: int(n.id), Machine: n.rec.MachineID, CreatedAt: n.createdAt,
 			Unhealthy: n.unhealthy, UnhealthySince: n.unhealthySince, Drift: c.drift(n), Replacing: repl,
-			Protected: c.cfg.Reconcile.ProtectFirstNode && n.id == 0}
+			Protected: c.cfg.Reconcile.ProtectFirstNode && n.id == 0, Offering: n.rec.Offering}
+		if info, ok := c.info[n.rec.MachineID]; c.infoOK && ok {
+			ln.Used, ln.WorkHours = info.Used, info.WorkHours
+		}
 		expiring := c.cfg.Lifecycle.ExpireAfter > 0 && !n.createdAt.IsZero() && !now.Before(n.createdAt.Add(c.cfg.Lifecycle.ExpireAfter))
-		if ln.Unhealthy == "" && ln.Drift == "" && !expiring && !repl {
+		// A node on an offering dearer than the cheapest, running work,
+		// may be swapped for a cheaper one.
+		dearer := c.cfg.Lifecycle.Disruption.Enabled && !ln.Used.IsZero() && len(c.offerings) > 1 && c.offerings[0].Name() != n.rec.Offering
+		if ln.Unhealthy == "" && ln.Drift == "" && !expiring && !repl && !dearer {
 			if n.waitWhy != "" {
 				n.wait, n.waitWhy = "", ""
 				c.changed(n.id)
@@ -148,6 +154,9 @@ func (c *Controller) lifecycleStep(now time.Time) {
 		n.wait, n.waitWhy = "", "replacing ("+r.Reason+"): "+r.Why
 		c.changed(n.id)
 		c.metrics.disrupt(r.Reason)
+		if r.Offering != "" {
+			c.replaceOffers = append(c.replaceOffers, r.Offering)
+		}
 		c.emit(TypeNormal, r.Reason, "node %d: machine %s is replaced: %s; a node is launched in its place before it is drained", r.ID, r.Machine, r.Why)
 		c.queue = append(c.queue, reconcile.Replace{ID: n.id, Reason: r.Reason})
 	}

@@ -345,3 +345,51 @@ func TestExpiredNodeReplaced(t *testing.T) {
 		t.Errorf("no expired event naming the machine:\n%s", e.events.tail(20))
 	}
 }
+
+// TestReplaceWithCheaperOffering: a node running work on an offering that
+// became the dearer one (a price change on reload) is swapped for the
+// cheaper offering that hosts its work: the replacement is launched from
+// it and joins before the old node drains.
+func TestReplaceWithCheaperOffering(t *testing.T) {
+	e, in, reg := lifecycleEnv(t, setup{nodes: capacity.Fixed(1), cfg: func(c *controller.Config) {
+		for i := range c.Offerings {
+			if c.Offerings[i].Name() == spot {
+				c.Offerings[i].PricePerHour = 1 // spot dearer: the node launches on-demand
+			}
+		}
+	}})
+	e.tickUntil(1, 10)
+	first := e.ctl.Status().Nodes[0]
+	if first.Offering != onDemand {
+		t.Fatalf("launched on %s, want %s", first.Offering, onDemand)
+	}
+	in.set(func(controller.Node) controller.NodeInfo {
+		return controller.NodeInfo{Registered: true, Used: capacity.Resources{MilliCPU: 2000}, WorkHours: 0.01}
+	})
+	e.cfg.Offerings = offerings(catalog()) // spot back to $0.22/h effective
+	e.cfg.Lifecycle = lifecycle.Config{Disruption: consolidate.Config{Enabled: true, Horizon: time.Hour,
+		Budgets: []consolidate.Budget{{Nodes: 1}}}}
+	ctl, err := controller.New(e.cfg, controller.Deps{Provider: e.rec, Journal: e.journal, Workload: in, Clock: e.clk,
+		Logger: slog.New(slog.DiscardHandler), Events: e.events, Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ctl = ctl
+	for i := 0; i < 15 && len(e.events.find(controller.ReasonDeleted, first.MachineID)) == 0; i++ {
+		e.mustTick()
+		if st := e.ctl.Status(); st.Current < 1 {
+			t.Fatalf("the pool went without a joined node\n%s", e.events.tail(20))
+		}
+	}
+	e.tickUntil(1, 10)
+	now := e.ctl.Status().Nodes[0]
+	if now.MachineID == first.MachineID || now.Offering != spot {
+		t.Fatalf("node is %s on %s, want a new machine on %s\n%s", now.MachineID, now.Offering, spot, e.events.tail(20))
+	}
+	if len(e.events.find(controller.ReasonReplace, first.MachineID, "saves $", "loses $")) != 1 {
+		t.Errorf("no replace event weighing the saving:\n%s", e.events.tail(20))
+	}
+	if got := disrupted(t, reg, "replace"); got != 1 {
+		t.Errorf("tide_nodes_disrupted_total{reason=replace} = %v, want 1", got)
+	}
+}

@@ -212,6 +212,10 @@ func (c *Controller) provision(ctx context.Context, ids []reconcile.NodeID, laun
 			ls[i] = &launch[li]
 			used++
 			c.lastLaunch = ls[i]
+		case len(c.replaceOffers) > 0:
+			// The replacement of a node swapped for a cheaper offering.
+			ls[i] = &capacity.Launch{Offering: c.replaceOffers[0], Count: 1}
+			c.replaceOffers = c.replaceOffers[1:]
 		case c.lastLaunch != nil:
 			// Beyond the purchase (a replacement of a lost node, a retry):
 			// the offering the pool last bought for its work.
@@ -491,7 +495,7 @@ func (c *Controller) observeNode(ctx context.Context, n *node, m *provider.Machi
 		}
 		n.deadline = time.Time{}
 		if !n.joined && c.mustRegister() {
-			if info, ok := c.info[n.rec.MachineID]; !c.infoOK || !ok || !info.Registered {
+			if info, ok := c.info[n.rec.MachineID]; !c.infoOK || !ok || !info.Registered || info.Unhealthy != "" {
 				if n.configuredAt.IsZero() {
 					n.configuredAt = now
 				}

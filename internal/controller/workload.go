@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/reconcile"
 )
 
@@ -94,6 +95,12 @@ type NodeInfo struct {
 	// it may): non-restartable work, or work labelled
 	// tide.dev/do-not-disrupt. Drift and expiry wait for it.
 	Blocked string
+	// Used is what the node's non-daemon work requests, and WorkHours the
+	// work a restart of it would lose, in node hours (each instance's run
+	// time × its share of the node): the replace move (a cheaper offering
+	// that hosts the work) weighs them.
+	Used      capacity.Resources
+	WorkHours float64
 }
 
 // Inspector is an optional extension of a Workload: what the cluster knows

@@ -89,8 +89,14 @@ type Machine struct {
 	// (non-restartable work, do-not-disrupt): drift and expiry wait.
 	Blocked string `json:"blocked,omitempty"`
 	// Replacing is the reason a joined machine is being replaced (repair,
-	// drift, expired): a node is launched in its place before it drains.
+	// drift, expired, replace): a node is launched in its place before it
+	// drains.
 	Replacing string `json:"replacing,omitempty"`
+	// Offering is the offering the machine runs on (the replace move
+	// swaps it for a cheaper one that hosts its running work), and
+	// WorkHours the work a restart of that work loses, in node hours.
+	Offering  string  `json:"offering,omitempty"`
+	WorkHours float64 `json:"work_hours,omitempty"`
 }
 
 // ProvisionCall is the one provision call a pool may have in flight.
@@ -588,17 +594,31 @@ func lifecycleStep(in Input, s *Snapshot, machines []Machine) ([]reconcile.Event
 		default:
 			continue
 		}
+		var used capacity.Resources
+		for _, r := range m.Running {
+			if !r.Daemon {
+				used = used.Add(r.Requests)
+			}
+		}
 		li.Nodes = append(li.Nodes, lifecycle.Node{ID: m.Ordinal, Machine: strconv.Itoa(m.Ordinal), CreatedAt: m.CreatedAt,
+			Offering: m.Offering, Used: used, WorkHours: m.WorkHours,
 			Unhealthy: m.Unhealthy, UnhealthySince: m.UnhealthySince, Drift: m.Drifted, Blocked: m.Blocked, Replacing: m.Replacing != "",
 			Protected: in.Reconcile.ProtectFirstNode && m.Ordinal == 0})
 	}
-	d := lifecycle.Decide(in.Lifecycle, li)
+	cfg := in.Lifecycle
+	if cfg.Offerings == nil {
+		cfg.Offerings = in.Policy.Offerings
+	}
+	d := lifecycle.Decide(cfg, li)
 	var evs []reconcile.Event
 	var acts []Action
 	for _, r := range d.Replace {
 		evs = append(evs, reconcile.Replace{ID: reconcile.NodeID(r.ID), Reason: r.Reason})
-		acts = append(acts, Action{Kind: "replace", Nodes: []int{r.ID}, Code: r.Reason, Reason: r.Why +
-			"; a node is launched in its place before it is drained"})
+		why := r.Why + "; a node is launched in its place before it is drained"
+		if r.Offering != "" {
+			why = r.Why + "; a node of " + r.Offering + " is launched in its place before it is drained"
+		}
+		acts = append(acts, Action{Kind: "replace", Nodes: []int{r.ID}, Code: r.Reason, Reason: why})
 	}
 	if d.Breaker != "" {
 		acts = append(acts, Action{Kind: "note", Code: lifecycle.ReasonBreaker, Reason: "repair held: " + d.Breaker})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/store"
 )
@@ -134,7 +135,9 @@ func (w workload) Inspect(ctx context.Context, nodes []controller.Node) (map[str
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
 	out := make(map[string]controller.NodeInfo, len(nodes))
+	capOf := map[string]capacity.Resources{}
 	for _, wk := range ws {
+		capOf[wk.ID] = wk.Capacity
 		if !want[wk.ID] {
 			continue
 		}
@@ -150,10 +153,21 @@ func (w workload) Inspect(ctx context.Context, nodes []controller.Node) (map[str
 	}
 	for _, in := range active {
 		info, ok := out[in.AssignedWorker]
-		if !ok || info.Blocked != "" {
+		if !ok {
 			continue
 		}
-		switch ci := consolidationInstance(in); {
+		ci := consolidationInstance(in)
+		if !ci.Daemon {
+			info.Used = info.Used.Add(in.Requests)
+			if !in.AssignedAt.IsZero() {
+				info.WorkHours += w.h.clk.Now().Sub(in.AssignedAt).Hours() * shareOf(in.Requests, capOf[in.AssignedWorker])
+			}
+		}
+		out[in.AssignedWorker] = info
+		if info.Blocked != "" {
+			continue
+		}
+		switch {
 		case ci.Daemon:
 		case ci.DoNotDisrupt:
 			info.Blocked = "do-not-disrupt work (instance " + in.ID + ")"
@@ -175,3 +189,19 @@ func (w workload) Evacuate(ctx context.Context, n controller.Node) error {
 }
 
 var _ controller.Evacuator = workload{}
+
+// shareOf is the largest share of c's cpu, memory or GPUs that r asks for
+// (1 when c has none of what r asks for).
+func shareOf(r, c capacity.Resources) float64 {
+	share := 0.0
+	for _, d := range [][2]int64{{r.MilliCPU, c.MilliCPU}, {r.Memory, c.Memory}, {r.GPUs, c.GPUs}} {
+		switch {
+		case d[0] <= 0:
+		case d[1] <= 0:
+			return 1
+		default:
+			share = max(share, float64(d[0])/float64(d[1]))
+		}
+	}
+	return min(share, 1)
+}

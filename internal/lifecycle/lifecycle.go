@@ -1,7 +1,9 @@
 // Package lifecycle decides which joined nodes of a pool are replaced, and
 // why: repair (unhealthy for longer than the pool's repair_after), drift
 // (the pool settings that shaped the node changed), expiry (older than the
-// pool's expire_after). It is pure: no I/O, no clock (time is Input.Now),
+// pool's expire_after), and the replace move (a node swapped for a cheaper
+// offering that hosts its work, when the saving over the horizon beats the
+// work a restart loses). It is pure: no I/O, no clock (time is Input.Now),
 // the same inputs give the same decision.
 //
 // A replacement is carried out by the pool's reconciler (reconcile.Replace):
@@ -16,7 +18,7 @@
 //     are unhealthy at once, nothing is repaired (a fault of
 //     the whole pool, or of what watches it, is not fixed by replacing
 //     nodes), and the decision says so.
-//   - Drift and expiry are voluntary disruptions: never more nodes at once
+//   - Drift, expiry and the replace move are voluntary disruptions: never more nodes at once
 //     than the pool's disruption budget allows (nodes already being
 //     replaced or otherwise disrupted count), never a node whose work may
 //     not be disrupted (non-restartable work, tide.dev/do-not-disrupt): it
@@ -29,6 +31,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/consolidate"
 )
 
@@ -64,9 +67,14 @@ type Config struct {
 	// ExpireAfter is the oldest a node may get before it is replaced;
 	// zero: nodes never expire.
 	ExpireAfter time.Duration
-	// Disruption holds the pool's disruption budgets (only its Budgets are
-	// read), shared with consolidation.
+	// Disruption holds the pool's disruption budgets, shared with
+	// consolidation; with consolidation Enabled, its Horizon prices the
+	// replace move.
 	Disruption consolidate.Config
+	// Offerings are the pool's offerings: a node running on one of them
+	// is swapped for a cheaper one that hosts its work (the replace move)
+	// when the saving over Disruption.Horizon beats the work it loses.
+	Offerings []capacity.Offering
 }
 
 // Validate checks the settings; errors name the YAML field.
@@ -106,8 +114,15 @@ type Node struct {
 	// the disruption in progress and is not chosen again.
 	Replacing bool
 	// Protected is the pool's protected first node: repaired, never
-	// replaced for drift or expiry.
+	// replaced for drift, expiry or a cheaper offering.
 	Protected bool
+	// Offering is the node's offering (by name); Used what its non-daemon
+	// work requests; WorkHours the work a restart of it loses, in node
+	// hours (each instance's run time × its share of the node). The
+	// replace move reads them.
+	Offering  string
+	Used      capacity.Resources
+	WorkHours float64
 }
 
 // Input is what one decision looks at.
@@ -130,10 +145,13 @@ type Input struct {
 type Replacement struct {
 	ID      int
 	Machine string
-	// Reason is ReasonRepair, ReasonDrift or ReasonExpired.
+	// Reason is ReasonRepair, ReasonDrift, ReasonExpired or ReasonReplace.
 	Reason string
 	// Why says it in words.
 	Why string
+	// Offering is, for ReasonReplace, the cheaper offering to launch in
+	// its place.
+	Offering string
 }
 
 // String formats the replacement for events.
@@ -169,6 +187,14 @@ type Decision struct {
 	// Budget says which budget allows it.
 	Allowed int
 	Budget  string
+}
+
+// cand is a voluntary replacement (drift, expiry, cheaper offering).
+type cand struct {
+	n        Node
+	reason   string
+	why      string
+	offering string
 }
 
 // Decide chooses the nodes to replace now. Nodes are considered in ordinal
@@ -216,11 +242,6 @@ func Decide(cfg Config, in Input) Decision {
 	}
 
 	// Drift and expiry, under the budget.
-	type cand struct {
-		n      Node
-		reason string
-		why    string
-	}
 	var cands []cand
 	var expired []cand
 	for _, n := range nodes {
@@ -229,13 +250,21 @@ func Decide(cfg Config, in Input) Decision {
 		}
 		switch {
 		case n.Drift != "":
-			cands = append(cands, cand{n, ReasonDrift, "drifted: " + n.Drift})
+			cands = append(cands, cand{n: n, reason: ReasonDrift, why: "drifted: " + n.Drift})
 		case cfg.ExpireAfter > 0 && !n.CreatedAt.IsZero() && !in.Now.Before(n.CreatedAt.Add(cfg.ExpireAfter)):
-			expired = append(expired, cand{n, ReasonExpired, fmt.Sprintf("created %s, older than expire_after %s", stamp(n.CreatedAt), cfg.ExpireAfter)})
+			expired = append(expired, cand{n: n, reason: ReasonExpired, why: fmt.Sprintf("created %s, older than expire_after %s", stamp(n.CreatedAt), cfg.ExpireAfter)})
 		}
 	}
 	slices.SortStableFunc(expired, func(a, b cand) int { return a.n.CreatedAt.Compare(b.n.CreatedAt) })
 	cands = append(cands, expired...)
+	for _, n := range nodes {
+		if n.Replacing || n.Unhealthy != "" || n.Drift != "" || n.Blocked != "" || n.Protected {
+			continue
+		}
+		if c, ok := cheaper(cfg, n); ok && !slices.ContainsFunc(cands, func(x cand) bool { return x.n.ID == n.ID }) {
+			cands = append(cands, c)
+		}
+	}
 	if len(cands) == 0 {
 		return d
 	}
@@ -260,10 +289,47 @@ func Decide(cfg Config, in Input) Decision {
 					c.why, replacing+len(d.Replace)+in.Disrupting, d.Allowed, d.Budget)})
 		default:
 			room--
-			d.Replace = append(d.Replace, Replacement{ID: c.n.ID, Machine: c.n.Machine, Reason: c.reason, Why: c.why})
+			d.Replace = append(d.Replace, Replacement{ID: c.n.ID, Machine: c.n.Machine, Reason: c.reason, Why: c.why, Offering: c.offering})
 		}
 	}
 	return d
+}
+
+// cheaper finds the replace move of node n: the cheapest offering of the
+// pool (by effective cost) whose resources host n's work, when the saving
+// over the horizon beats the work a restart loses (its node hours at n's
+// price). An empty node is left to scale-down.
+func cheaper(cfg Config, n Node) (c cand, ok bool) {
+	if !cfg.Disruption.Enabled || n.Used.IsZero() || n.Offering == "" {
+		return c, false
+	}
+	i := slices.IndexFunc(cfg.Offerings, func(o capacity.Offering) bool { return o.Name() == n.Offering })
+	if i < 0 {
+		return c, false
+	}
+	cur := cfg.Offerings[i]
+	var best *capacity.Offering
+	for j := range cfg.Offerings {
+		o := &cfg.Offerings[j]
+		if o.EffectiveCost() >= cur.EffectiveCost() || !n.Used.Fits(o.Resources) {
+			continue
+		}
+		if best == nil || o.EffectiveCost() < best.EffectiveCost() || o.EffectiveCost() == best.EffectiveCost() && o.Name() < best.Name() {
+			best = o
+		}
+	}
+	if best == nil {
+		return c, false
+	}
+	horizon := cmp.Or(cfg.Disruption.Horizon, consolidate.DefaultHorizon)
+	saving := (cur.EffectiveCost() - best.EffectiveCost()) * horizon.Hours()
+	lost := n.WorkHours * cur.PricePerHour
+	if saving <= lost {
+		return c, false
+	}
+	return cand{n: n, reason: ReasonReplace, offering: best.Name(), why: fmt.Sprintf(
+		"%s ($%.4g/h) can be %s ($%.4g/h), which hosts its work (%s): saves $%.4g over %s, loses $%.4g of work",
+		cur.Name(), cur.EffectiveCost(), best.Name(), best.EffectiveCost(), n.Used, saving, horizon, lost)}, true
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

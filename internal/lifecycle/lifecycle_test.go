@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/consolidate"
 )
 
@@ -179,5 +180,62 @@ func TestValidate(t *testing.T) {
 	}
 	if err := (Config{RepairAfter: time.Minute, MaxUnhealthyPercent: 50}).Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestReplaceWithCheaper: a node is swapped for the cheapest offering that
+// hosts its work when the saving over the horizon beats the work lost; an
+// empty node, work that does not fit, a saving too small, work that may
+// not move and the budget all keep it.
+func TestReplaceWithCheaper(t *testing.T) {
+	od := capacity.Offering{Type: "m8", Kind: capacity.OnDemand, Resources: capacity.Resources{MilliCPU: 8000, Memory: 32 << 30}, PricePerHour: 0.40}
+	sp := capacity.Offering{Type: "m8", Kind: capacity.Spot, Resources: od.Resources, PricePerHour: 0.12}
+	small := capacity.Offering{Type: "m2", Kind: capacity.OnDemand, Resources: capacity.Resources{MilliCPU: 2000, Memory: 8 << 30}, PricePerHour: 0.10}
+	cfg := Config{Offerings: []capacity.Offering{od, sp, small},
+		Disruption: consolidate.Config{Enabled: true, Horizon: time.Hour, Budgets: []consolidate.Budget{{Nodes: 1}}}}
+	node := func(used capacity.Resources, hours float64) Node {
+		return Node{ID: 0, Machine: "p-0-1", Offering: od.Name(), Used: used, WorkHours: hours}
+	}
+	tests := []struct {
+		name string
+		cfg  Config
+		n    Node
+		want string // the offering replaced to, "" for none
+	}{
+		{"small work: the cheapest that hosts it", cfg, node(capacity.Resources{MilliCPU: 1000, Memory: 1 << 30}, 0.1), small.Name()},
+		{"large work: spot", cfg, node(capacity.Resources{MilliCPU: 6000}, 0.1), sp.Name()},
+		{"work worth more than the saving", cfg, node(capacity.Resources{MilliCPU: 6000}, 1), ""},
+		{"an empty node is scale-down's", cfg, node(capacity.Resources{}, 0), ""},
+		{"consolidation off", Config{Offerings: cfg.Offerings}, node(capacity.Resources{MilliCPU: 1000}, 0), ""},
+		{"already the cheapest", cfg, Node{ID: 0, Machine: "p-0-1", Offering: small.Name(), Used: capacity.Resources{MilliCPU: 1000}}, ""},
+		{"blocked work", cfg, func() Node {
+			n := node(capacity.Resources{MilliCPU: 1000}, 0)
+			n.Blocked = "non-restartable work"
+			return n
+		}(), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tc.cfg, Input{Now: t0, Nodes: []Node{tc.n}})
+			got := ""
+			if len(d.Replace) == 1 {
+				if d.Replace[0].Reason != ReasonReplace {
+					t.Fatalf("reason %s", d.Replace[0].Reason)
+				}
+				got = d.Replace[0].Offering
+				if !strings.Contains(d.Replace[0].Why, "saves $") || !strings.Contains(d.Replace[0].Why, "loses $") {
+					t.Fatalf("why %q does not weigh the saving against the work lost", d.Replace[0].Why)
+				}
+			}
+			if got != tc.want {
+				t.Fatalf("replaced to %q, want %q: %+v", got, tc.want, d)
+			}
+		})
+	}
+	// The budget: two candidates, one goes.
+	two := []Node{node(capacity.Resources{MilliCPU: 1000}, 0), node(capacity.Resources{MilliCPU: 1000}, 0)}
+	two[1].ID, two[1].Machine = 1, "p-1-2"
+	if got := summary(Decide(cfg, Input{Now: t0, Nodes: two})); got != "replace 0 | replace 1" {
+		t.Fatalf("budget of 1: %q", got)
 	}
 }

@@ -67,6 +67,12 @@
 // due (marks are set and removed while watching); booting nodes are not
 // cancelled.
 //
+// A Replace takes a joined node out of every count (repair, drift, expiry):
+// its replacement is provisioned like any shortfall, and the replaced node is
+// drained once the joined nodes kept make desired without it; that drain is
+// never aborted, not even by work reaching the node, and may overlap a
+// provision. The protected first node is only replaced by a repair.
+//
 // Every event, not only Tick, re-runs the reconcile: abort drains that are no
 // longer needed, scale down, scale up. A Tick additionally ends the backoff
 // that follows a failed or empty provision, so retries happen once per tick

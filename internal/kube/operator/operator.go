@@ -565,11 +565,30 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 	pol := &slotPolicy{base: base, cfg: p.Config.PolicyConfig()}
 	r.slots = pol
 	journal := kubejournal.New(o.cfg.API, o.cfg.Namespace, "tide-journal-"+name)
+	lc, launch, register, err := p.Config.LifecycleConfig()
+	if err != nil {
+		return fail(fmt.Errorf("spec.%w", err))
+	}
+	var repairOn []string
+	if p.Config.Lifecycle != nil {
+		repairOn = p.Config.Lifecycle.RepairConditions
+	}
 	ctl, err := controller.New(controller.Config{Pool: name, Reconcile: rcfg, Offerings: p.Config.Offerings,
 		Bootstrap: []byte("kubernetes"), ControllerID: o.cfg.Identity, ReconcileInterval: o.cfg.Interval,
-		CreateConcurrency: CreateConcurrency},
-		controller.Deps{Provider: timedProvider{Provider: prov, o: o}, Journal: journal, Workload: workload.New(o.cfg.API, r.nodeName, o.log),
-			Clock: o.clk, Logger: o.log, Metrics: o.cfg.Metrics, Events: controller.EventFunc(func(ev controller.Event) {
+		CreateConcurrency: CreateConcurrency,
+		// A machine has joined once its Node is Ready; a joined Node
+		// NotReady (or with a condition the pool names) for repair_after
+		// is replaced; a Node whose labels, taints, join or offering
+		// changed has drifted.
+		LaunchTimeout: launch, RegistrationTimeout: register, RequireRegistration: true, Lifecycle: lc,
+		NodeHash: p.Config.NodeHashes(struct {
+			Labels map[string]string
+			Taints any
+			Join   any
+		}{p.Labels, p.Taints, p.Join})},
+		controller.Deps{Provider: timedProvider{Provider: prov, o: o}, Journal: journal,
+			Workload: workload.New(o.cfg.API, r.nodeName, o.log).RepairOn(repairOn...),
+			Clock:    o.clk, Logger: o.log, Metrics: o.cfg.Metrics, Events: controller.EventFunc(func(ev controller.Event) {
 				if r.obj != nil {
 					o.event(r.obj, ev.Type, camel(ev.Reason), ev.Message)
 				}

@@ -1,5 +1,7 @@
 // Package workload is the Kubernetes side of a pool for tide's pool
-// controller (controller.Workload): Cordon marks the Node unschedulable,
+// controller (controller.Workload, Inspector): Inspect says which Nodes
+// registered, which are unhealthy (NotReady, or a condition the pool
+// names) and which run pods that may never be evicted; Cordon marks the Node unschedulable,
 // Busy drains a cordoned Node through the Eviction API (drain.Compute says
 // which pods may go: DaemonSet pods stay, do-not-disrupt pods are never
 // evicted, PodDisruptionBudgets hold) and reports whether anything but
@@ -11,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +41,9 @@ type Workload struct {
 	// nodeName maps a machine id to its Node's name.
 	nodeName func(machineID string) string
 	log      *slog.Logger
+	// conditions are the Node conditions that count as unhealthy when
+	// True (RepairOn), besides Ready not True.
+	conditions []string
 }
 
 var (
@@ -149,3 +156,70 @@ func (w *Workload) MarkedAt(ctx context.Context, n controller.Node) (time.Time, 
 	}
 	return demand.Mark(node), nil
 }
+
+// RepairOn makes the Node conditions named (besides Ready) count as
+// unhealthy when True, e.g. DiskPressure: the pool's
+// lifecycle.repair_conditions. It returns w.
+func (w *Workload) RepairOn(conditions ...string) *Workload {
+	w.conditions = append([]string(nil), conditions...)
+	return w
+}
+
+// Inspect tells the controller what the cluster knows of the pool's nodes
+// (controller.Inspector): a node is registered once its Node exists,
+// unhealthy while its Ready condition is not True or a condition of
+// RepairOn is True, and blocked while a pod on it may never be evicted
+// (do-not-disrupt). A PodDisruptionBudget that holds a pod for now does
+// not block: the drain waits on it through the Eviction API.
+func (w *Workload) Inspect(ctx context.Context, nodes []controller.Node) (map[string]controller.NodeInfo, error) {
+	out := make(map[string]controller.NodeInfo, len(nodes))
+	for _, n := range nodes {
+		name := w.nodeName(n.MachineID)
+		node, err := w.api.GetNode(ctx, name)
+		if errors.Is(err, kubeapi.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		info := controller.NodeInfo{Registered: true, Unhealthy: w.unhealthy(node)}
+		pods, err := w.api.ListPods(ctx, "spec.nodeName="+name)
+		if err != nil {
+			return nil, err
+		}
+		pp := make([]*corev1.Pod, len(pods))
+		for i := range pods {
+			pp[i] = &pods[i]
+		}
+		for _, b := range drain.Compute(name, pp, nil).Blocked {
+			if b.Never {
+				info.Blocked = b.Reason
+				break
+			}
+		}
+		out[n.MachineID] = info
+	}
+	return out, nil
+}
+
+// unhealthy says why node is unhealthy ("" when it is not).
+func (w *Workload) unhealthy(node *corev1.Node) string {
+	ready := false
+	var why []string
+	for _, c := range node.Status.Conditions {
+		switch {
+		case c.Type == corev1.NodeReady:
+			ready = c.Status == corev1.ConditionTrue
+			if !ready {
+				why = append(why, fmt.Sprintf("Node NotReady (Ready=%s, %s)", c.Status, c.Reason))
+			}
+		case c.Status == corev1.ConditionTrue && slices.Contains(w.conditions, string(c.Type)):
+			why = append(why, fmt.Sprintf("Node condition %s=True (%s)", c.Type, c.Reason))
+		}
+	}
+	if !ready && len(why) == 0 {
+		why = append(why, "Node NotReady (no Ready condition)")
+	}
+	return strings.Join(why, ", ")
+}
+
+var _ controller.Inspector = (*Workload)(nil)
