@@ -150,7 +150,7 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 		var why []string
 		served := false
 		for _, p := range ps {
-			offs, reason := Allowed(p, pod)
+			offs, byLabels, reason := allowed(p, pod)
 			if reason != "" {
 				why = append(why, fmt.Sprintf("pool %s: %s", p.Name, reason))
 				continue
@@ -158,7 +158,7 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 			if groups[p.Name] == nil {
 				groups[p.Name] = map[string]*colocated{}
 			}
-			out := w.place(p, offs, pod, groups[p.Name])
+			out := w.place(p, offs, byLabels, pod, groups[p.Name])
 			if out.fail != "" {
 				why = append(why, fmt.Sprintf("pool %s: %s", p.Name, out.fail))
 				continue

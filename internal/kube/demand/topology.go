@@ -460,10 +460,11 @@ func (w *world) allows(n *simNode, pod *corev1.Pod, r *rules) string {
 	return ""
 }
 
-// place puts one waiting pod of pool p (offs: the offerings it may go on)
-// on the room of one of the pool's Nodes, or on new nodes with the slots its
-// rules need, or says why the pool cannot serve it.
-func (w *world) place(p *Pool, offs []capacity.Offering, pod *corev1.Pod, groups map[string]*colocated) outcome {
+// place puts one waiting pod of pool p (offs: the offerings it may go on;
+// byLabels: its node selector or affinity ruled some out) on the room of
+// one of the pool's Nodes, or on new nodes with the slots its rules need,
+// or says why the pool cannot serve it.
+func (w *world) place(p *Pool, offs []capacity.Offering, byLabels bool, pod *corev1.Pod, groups map[string]*colocated) outcome {
 	req := Requests(pod)
 	r := parseRules(pod)
 	out := outcome{req: req}
@@ -489,7 +490,7 @@ func (w *world) place(p *Pool, offs []capacity.Offering, pod *corev1.Pod, groups
 		out.room = true
 		return finish(out)
 	}
-	if r.none() && len(offs) == len(p.Offerings) {
+	if r.none() && !byLabels {
 		w.fresh = append(w.fresh, freshPod{pod: pod, pool: p.Name})
 		return finish(out) // the common case: nothing to add
 	}
@@ -638,7 +639,9 @@ func (w *world) place(p *Pool, offs []capacity.Offering, pod *corev1.Pod, groups
 		zone = cands[0]
 	}
 	w.fresh = append(w.fresh, freshPod{pod: pod, zone: zone, pool: p.Name})
-	if len(offs) > 0 {
+	if len(offs) > 0 && (byLabels || zoned) {
+		// Only these offerings (a packing on the others is what their
+		// requests already rule out).
 		var names []string
 		for i := range offs {
 			if !zoned || offs[i].Zone == zone {
