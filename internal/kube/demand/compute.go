@@ -185,15 +185,19 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 		// of the pool routing prefers (weight, cost, overflow: choose),
 		// then of the others in name order should its rules fail there.
 		var fit []*Pool
-		allowed := map[string][]capacity.Offering{}
+		type admit struct {
+			offs     []capacity.Offering
+			byLabels bool
+		}
+		admits := map[string]admit{}
 		for _, p := range ps {
-			offs, reason := Allowed(p, pod)
+			offs, byLabels, reason := allowed(p, pod)
 			if reason != "" {
 				why = append(why, fmt.Sprintf("pool %s: %s", p.Name, reason))
 				continue
 			}
 			fit = append(fit, p)
-			allowed[p.Name] = offs
+			admits[p.Name] = admit{offs, byLabels}
 		}
 		if len(fit) > 1 {
 			roomy := slices.IndexFunc(fit, func(p *Pool) bool { return w.hasRoom(p, pod) })
@@ -206,11 +210,10 @@ func Compute(pools []Pool, nodes []*corev1.Node, pods []*corev1.Pod) Report {
 			}
 		}
 		for _, p := range fit {
-			offs := allowed[p.Name]
 			if groups[p.Name] == nil {
 				groups[p.Name] = map[string]*colocated{}
 			}
-			out := w.place(p, offs, pod, groups[p.Name])
+			out := w.place(p, admits[p.Name].offs, admits[p.Name].byLabels, pod, groups[p.Name])
 			if out.fail != "" {
 				why = append(why, fmt.Sprintf("pool %s: %s", p.Name, out.fail))
 				continue

@@ -247,19 +247,27 @@ func OfferingLabels(pool *Pool, off *capacity.Offering) map[string]string {
 // and the pod's requests fit it), or why there is none. A pool without
 // offerings is matched on its labels alone and returns no offering.
 func Allowed(pool *Pool, pod *corev1.Pod) ([]capacity.Offering, string) {
+	offs, _, why := allowed(pool, pod)
+	return offs, why
+}
+
+// allowed is Allowed, also saying whether the pod's node selector or
+// affinity ruled out one of the pool's offerings (not only its requests).
+func allowed(pool *Pool, pod *corev1.Pod) ([]capacity.Offering, bool, string) {
 	for _, t := range pool.Taints {
 		if t.Effect == PreferNoSchedule {
 			continue
 		}
 		if !tolerated(pod.Spec.Tolerations, t) {
-			return nil, fmt.Sprintf("taint %s=%s:%s is not tolerated", t.Key, t.Value, t.Effect)
+			return nil, false, fmt.Sprintf("taint %s=%s:%s is not tolerated", t.Key, t.Value, t.Effect)
 		}
 	}
 	if len(pool.Offerings) == 0 {
-		return nil, labelsMatch(pod, pool.Labels)
+		return nil, false, labelsMatch(pod, pool.Labels)
 	}
 	var out []capacity.Offering
 	why := ""
+	byLabels := false
 	req := Requests(pod)
 	a := pod.Spec.Affinity
 	selects := len(pod.Spec.NodeSelector) > 0 || a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
@@ -269,6 +277,7 @@ func Allowed(pool *Pool, pod *corev1.Pod) ([]capacity.Offering, string) {
 			// no node labels to match: skip making them
 		} else if w := labelsMatch(pod, OfferingLabels(pool, o)); w != "" {
 			why = cmp.Or(why, w)
+			byLabels = true
 			continue
 		}
 		if !req.Fits(o.Resources) {
@@ -278,9 +287,9 @@ func Allowed(pool *Pool, pod *corev1.Pod) ([]capacity.Offering, string) {
 		out = append(out, *o)
 	}
 	if len(out) == 0 {
-		return nil, why
+		return nil, false, why
 	}
-	return out, ""
+	return out, byLabels, ""
 }
 
 // labelsMatch says why a node with labels cannot run pod by its node

@@ -460,9 +460,6 @@ func (w *world) allows(n *simNode, pod *corev1.Pod, r *rules) string {
 	return ""
 }
 
-// place puts one waiting pod of pool p (offs: the offerings it may go on)
-// on the room of one of the pool's Nodes, or on new nodes with the slots its
-// rules need, or says why the pool cannot serve it.
 // hasRoom reports whether one of p's Nodes has room for pod that its
 // placement rules allow (place would put it there), without taking it.
 func (w *world) hasRoom(p *Pool, pod *corev1.Pod) bool {
@@ -513,7 +510,11 @@ func (w *world) placeAll(p *Pool, pods []*corev1.Pod, req capacity.Resources) bo
 	return true
 }
 
-func (w *world) place(p *Pool, offs []capacity.Offering, pod *corev1.Pod, groups map[string]*colocated) outcome {
+// place puts one waiting pod of pool p (offs: the offerings it may go on;
+// byLabels: its node selector or affinity ruled some out) on the room of
+// one of the pool's Nodes, or on new nodes with the slots its rules need,
+// or says why the pool cannot serve it.
+func (w *world) place(p *Pool, offs []capacity.Offering, byLabels bool, pod *corev1.Pod, groups map[string]*colocated) outcome {
 	req := Requests(pod)
 	r := parseRules(pod)
 	out := outcome{req: req}
@@ -539,7 +540,7 @@ func (w *world) place(p *Pool, offs []capacity.Offering, pod *corev1.Pod, groups
 		out.room = true
 		return finish(out)
 	}
-	if r.none() && len(offs) == len(p.Offerings) {
+	if r.none() && !byLabels {
 		w.fresh = append(w.fresh, freshPod{pod: pod, pool: p.Name})
 		return finish(out) // the common case: nothing to add
 	}
@@ -688,7 +689,9 @@ func (w *world) place(p *Pool, offs []capacity.Offering, pod *corev1.Pod, groups
 		zone = cands[0]
 	}
 	w.fresh = append(w.fresh, freshPod{pod: pod, zone: zone, pool: p.Name})
-	if len(offs) > 0 {
+	if len(offs) > 0 && (byLabels || zoned) {
+		// Only these offerings (a packing on the others is what their
+		// requests already rule out).
 		var names []string
 		for i := range offs {
 			if !zoned || offs[i].Zone == zone {

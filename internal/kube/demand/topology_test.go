@@ -337,3 +337,21 @@ func BenchmarkComputeAntiAffinity1000(b *testing.B) {
 		}
 	}
 }
+
+// TestNoSlotsWithoutRules: pods without placement rules carry no slot, also
+// when their requests rule out some of the pool's offerings (the packing
+// sees that by itself), so their demand is what it always was.
+func TestNoSlotsWithoutRules(t *testing.T) {
+	p := zonal("a", "b")
+	p.Offerings = append(p.Offerings, capacity.Offering{Type: "c16", Zone: "a", PricePerHour: 4,
+		Resources: capacity.Resources{MilliCPU: 16000, Memory: 64 << 30}})
+	rep := Compute([]Pool{p}, nil, []*corev1.Pod{pod("big", rl("cpu", "8")), pod("small", rl("cpu", "1"))})
+	if len(rep.Slots["z"]) != 0 {
+		t.Fatalf("slots %+v for pods without rules", rep.Slots["z"])
+	}
+	for _, pd := range rep.Pressure["z"].Pending {
+		if len(pd.Requests.Extended) != 0 {
+			t.Fatalf("pending %+v carries made-up resources", pd)
+		}
+	}
+}

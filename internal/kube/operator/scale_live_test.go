@@ -1,7 +1,6 @@
 package operator_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tide-project/tide/internal/kube/demand"
 	"github.com/tide-project/tide/internal/kube/kubetest"
 )
 
@@ -40,8 +38,10 @@ func TestLiveScaleUp(t *testing.T) {
 		perNode int
 		anti    bool
 	}{
-		{"dense-nodes", benchSize(t, 1000, 20), 1, true},
+		// pod-dense first: the scheduler then has no Nodes of the
+		// other run to look at while it marks 10,000 pods.
 		{"dense-pods", benchSize(t, 10000, 220), 110, false},
+		{"dense-nodes", benchSize(t, 1000, 20), 1, true},
 	} {
 		t.Run(tc.pool, func(t *testing.T) {
 			l.scaleUp(t, tc.pool, tc.pods, tc.perNode, tc.anti)
@@ -52,7 +52,6 @@ func TestLiveScaleUp(t *testing.T) {
 // scaleUp is one of TestLiveScaleUp's runs.
 func (l *live) scaleUp(t *testing.T, pool string, n, perNode int, anti bool) {
 	t.Helper()
-	ctx := context.Background()
 	zero := int64(0)
 	no := false
 	labels := map[string]string{"scale": pool}
@@ -65,27 +64,21 @@ func (l *live) scaleUp(t *testing.T, pool string, n, perNode int, anti bool) {
 	}
 	began := time.Now()
 	l.createMany(t, pool, n, labels, spec)
+	created := time.Since(began)
+	// As Karpenter's test: the pods exist and are pending (the scheduler
+	// marks them Unschedulable as it gets to them; tide acts on those).
 	kubetest.Eventually(t, 10*time.Minute, func() (bool, string) {
-		list, err := l.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "scale=" + pool})
-		if err != nil {
-			return false, err.Error()
-		}
-		u := 0
-		for i := range list.Items {
-			if demand.Unschedulable(&list.Items[i]) {
-				u++
-			}
-		}
-		return u == n, fmt.Sprintf("%d of %d pods Unschedulable", u, n)
+		_, all := l.runningPods(t, "default", "scale="+pool)
+		return all == n, fmt.Sprintf("%d of %d pods exist", all, n)
 	})
-	t.Logf("%s: %d pods created and Unschedulable in %v", pool, n, time.Since(began).Round(time.Millisecond))
+	t.Logf("%s: %d pods created (pending) in %v", pool, n, created.Round(time.Millisecond))
 	want := (n + perNode - 1) / perNode
 	// perNode pods of 10m fill a Node's CPU; memory is ample.
 	l.nodePool(t, pool, fmt.Sprintf(`{"nodes":{"min":0,"max":%d},"provider":{"type":"kwok"},
   "offerings":[{"type":"d","cpu":"%dm","memory":"%dMi","price":1}],
   "node_labels":{"tier":%q},"scaling":{"policy":"karpenter"}}`, want+10, 10*perNode, 64*perNode+64, pool))
 	start := time.Now()
-	var created, ready, running time.Duration
+	var made, ready, running time.Duration
 	// Listing 10,000 pods every 100 ms would load the apiserver being
 	// measured: at most one look a second at the full size.
 	every := time.Duration(min(n/1000, 10)) * 100 * time.Millisecond
@@ -103,8 +96,8 @@ func (l *live) scaleUp(t *testing.T, pool string, n, perNode int, anti bool) {
 				r++
 			}
 		}
-		if created == 0 && len(nodes) >= want {
-			created = time.Since(start)
+		if made == 0 && len(nodes) >= want {
+			made = time.Since(start)
 		}
 		if ready == 0 && r >= want {
 			ready = time.Since(start)
@@ -119,6 +112,7 @@ func (l *live) scaleUp(t *testing.T, pool string, n, perNode int, anti bool) {
 	if got := len(l.poolNodes(t, pool)); got != want {
 		t.Fatalf("%d Nodes for %d pods at %d a Node, want %d", got, n, perNode, want)
 	}
-	t.Logf("%s: NodePool created → %d Nodes created %v, Ready %v, %d pods Running %v",
-		pool, want, created.Round(time.Millisecond), ready.Round(time.Millisecond), n, running.Round(time.Millisecond))
+	t.Logf("%s: NodePool created → %d Nodes created %v, Ready %v, %d pods Running %v (%v from the first pod's creation)",
+		pool, want, made.Round(time.Millisecond), ready.Round(time.Millisecond), n, running.Round(time.Millisecond),
+		time.Since(began).Round(time.Millisecond))
 }
