@@ -85,8 +85,8 @@ type Result struct {
 	Launch []capacity.Launch `json:"launch,omitempty"`
 	// Gangs says, for each gang waiting in the snapshot, whether this
 	// decision buys for all of it at once or why it waits (gang.go).
-	Gangs []GangPlan `json:"gangs,omitempty"`
-	State  policy.State      `json:"state"`
+	Gangs []GangPlan   `json:"gangs,omitempty"`
+	State policy.State `json:"state"`
 	// Controller is the controller step after the policy (with a
 	// snapshot's controller view only).
 	Controller *Plan `json:"controller,omitempty"`
