@@ -288,6 +288,13 @@ func printDecision(w io.Writer, r decide.Result) error {
 		}
 		fmt.Fprintf(tw, "idle nodes\t%s\n", list(f.Idle))
 	}
+	for _, g := range r.Gangs {
+		what := "bought whole in this purchase"
+		if !g.Bought {
+			what = "waits whole: " + g.Why
+		}
+		fmt.Fprintf(tw, "gang %s\t%d x %s, priority %d: %s\n", g.Gang, g.Instances, g.Requests, g.Priority, what)
+	}
 	state, err := json.Marshal(r.State)
 	if err != nil {
 		return err

@@ -112,7 +112,10 @@ type Result struct {
 	// Launch is the purchase behind a raised count: the offerings the new
 	// nodes would be launched from, with fallbacks.
 	Launch []capacity.Launch `json:"launch,omitempty"`
-	State  policy.State      `json:"state"`
+	// Gangs says, for each gang waiting in the snapshot, whether this
+	// decision buys for all of it at once or why it waits (gang.go).
+	Gangs []GangPlan   `json:"gangs,omitempty"`
+	State policy.State `json:"state"`
 	// Controller is the controller step after the policy (with a
 	// snapshot's controller view only).
 	Controller *Plan `json:"controller,omitempty"`
@@ -282,6 +285,8 @@ func Decide(in Input, s Snapshot) (Result, error) {
 		TargetTracking: d.TargetTracking, Utilization: d.Utilization, Tide: d.Tide, Launch: d.Launch,
 		State: d.State,
 	}
+	res.Gangs = gangPlans(in.Policy, policy.Input{Now: s.Time, Desired: s.Desired,
+		Pressure: capacity.Pressure{Nodes: s.nodes(in.Pool, in.Policy.Offerings), Pending: s.Pending}}, d, s.Desired)
 	if s.Controller != nil {
 		pl, err := plan(in, &s, d)
 		if err != nil {

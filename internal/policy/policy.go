@@ -81,6 +81,10 @@ type Decision struct {
 	// new nodes should be, with fallbacks (nil: the controller's default,
 	// the cheapest offering).
 	Launch []capacity.Launch `json:"launch,omitempty"`
+	// Backlog, when set, is the part of the pending work the decision
+	// bought for (Backlog): work of a priority below expendable_below and
+	// gangs that do not fit the pool's max are left out. Nil: all of it.
+	Backlog []capacity.Pending `json:"-"`
 	// State is to be passed as Input.State on the next call.
 	State State `json:"state"`
 	// Recheck, when set, is the time at which the same input may decide

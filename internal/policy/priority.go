@@ -46,14 +46,28 @@ func (p *prioritized) Decide(in Input) Decision {
 	if plain {
 		return p.Policy.Decide(in)
 	}
+	kept := Backlog(p.cfg, in)
+	in.Pressure.Pending = kept
+	d := p.Policy.Decide(in)
+	d.Backlog = kept
+	return d
+}
+
+// Backlog is the part of in's pending work that the pool's policy buys for
+// (cfg validated): without what is below cfg.ExpendableBelow, and, when
+// the rest needs more nodes than the pool's max leaves room for, the
+// longest run by priority that fits (gangs whole). `tide decide` shows
+// which gangs it holds.
+func Backlog(cfg Config, in Input) []capacity.Pending {
+	pend := in.Pressure.Pending
 	kept := make([]capacity.Pending, 0, len(pend))
 	for _, g := range pend {
-		if p.cfg.ExpendableBelow == nil || g.Priority >= *p.cfg.ExpendableBelow {
+		if cfg.ExpendableBelow == nil || g.Priority >= *cfg.ExpendableBelow {
 			kept = append(kept, g)
 		}
 	}
-	in.Pressure.Pending = p.withinMax(&in, kept)
-	return p.Policy.Decide(in)
+	p := prioritized{cfg: cfg}
+	return p.withinMax(&in, kept)
 }
 
 // withinMax returns the groups of pend the pool can buy for within its
@@ -89,17 +103,49 @@ func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.P
 		}
 		return true
 	}
-	if fits(len(order)) {
+	// A first guess from each group's own nodes on the offering that
+	// needs the fewest for it (the groups share no node: at least as many
+	// as a joint packing needs, so the guessed run fits, or nearly): the
+	// longest run whose nodes stay within the room, plus what the free
+	// space may hold. Then packings confirm it, or search below or above.
+	guess, used := 0, 0
+	for guess < len(order) {
+		n, ok := p.ownNodes(order[guess])
+		if ok && used+n > room+len(free) {
+			break
+		}
+		used += n
+		guess++
+	}
+	if guess == len(order) && fits(len(order)) {
 		return pend
 	}
-	// The largest k whose first k groups fit (fits(0) holds); the next
-	// group, unless a gang, is bought for in part (the policy clamps its
+	var k int
+	if fits(guess) {
+		// The largest k at or above guess whose first k groups fit.
+		k = guess + sort.Search(len(order)-guess, func(i int) bool { return !fits(guess + i + 1) })
+	} else {
+		k = sort.Search(guess, func(k int) bool { return !fits(k + 1) })
+	}
+	// k is the longest run that fits (fits(0) holds); the next group,
+	// unless a gang, is bought for in part (the policy clamps its
 	// purchase to the max).
-	k := sort.Search(len(order), func(k int) bool { return !fits(k + 1) })
 	if order[k].Gang == "" {
 		k++
 	}
 	return order[:k]
+}
+
+// ownNodes is the fewest nodes of one offering that host group g alone;
+// false when no offering fits its request.
+func (p *prioritized) ownNodes(g capacity.Pending) (int, bool) {
+	best, ok := 0, false
+	for _, o := range p.cfg.Offerings {
+		if n, fit := binpack.NodesFor(g.Requests, g.Count, o.Resources); fit && (!ok || n < best) {
+			best, ok = n, true
+		}
+	}
+	return best, ok
 }
 
 func (p *prioritized) fitsSomeOffering(req capacity.Resources) bool {
