@@ -21,6 +21,7 @@ max_restarts = 5
 pool = "gpu"
 daemon = true
 restartable = true
+max_wait = "30m"
 
 [resources]
 cpus = 2.5
@@ -42,7 +43,7 @@ team = "nlp"
 	}
 	got, _ := json.Marshal(job)
 	want := `{"Command":"python train.py --msg 'it'\"'\"'s ada'","Name":"train-ada","Venv":"/opt/venv","Replicas":2,` +
-		`"RestartPolicy":"on-failure","MaxRestarts":5,"Pool":"gpu","Daemon":true,"Restartable":true,"CPUCores":2.5,"GPUs":null,` +
+		`"RestartPolicy":"on-failure","MaxRestarts":5,"Pool":"gpu","Daemon":true,"Restartable":true,"MaxWait":"30m","CPUCores":2.5,"GPUs":null,` +
 		`"MemoryMB":1536,"GPUIndices":[0,2],"Exclusive":false,"TargetWorker":"node-${MISSING}",` +
 		`"Env":{"HF_HOME":"/home/ada/hf","LITERAL":"$NOPE and $$"},"Labels":{"team":"nlp"}}`
 	if string(got) != want {
@@ -65,6 +66,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"negative gpus", "command='x'\n[resources]\ngpus = -2", "resources.gpus"},
 		{"repeated index", "command='x'\n[resources]\ngpu_indices = [1, 1]", "index 1 repeats"},
 		{"bad restart policy", "command='x'\nrestart_policy = 'sometimes'", "restart_policy"},
+		{"bad max_wait", "command='x'\nmax_wait = 'soon'", "max_wait: want a duration"},
 		{"restartable not a bool", "command='x'\nrestartable = 'yes'", "restartable"},
 		{"replicas out of range", "command='x'\nreplicas = 0", "replicas: must be between 1 and 1000"},
 		{"resources not a table", "command='x'\nresources = 3", "resources: want a table"},
