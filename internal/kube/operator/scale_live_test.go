@@ -112,7 +112,12 @@ func (l *live) scaleUp(t *testing.T, pool string, n, perNode int, anti bool) {
 	if got := len(l.poolNodes(t, pool)); got != want {
 		t.Fatalf("%d Nodes for %d pods at %d a Node, want %d", got, n, perNode, want)
 	}
-	t.Logf("%s: NodePool created → %d Nodes created %v, Ready %v, %d pods Running %v (%v from the first pod's creation)",
-		pool, want, made.Round(time.Millisecond), ready.Round(time.Millisecond), n, running.Round(time.Millisecond),
-		time.Since(began).Round(time.Millisecond))
+	seen := func(d time.Duration) string {
+		if d == 0 {
+			return "not seen at a look"
+		}
+		return d.Round(time.Millisecond).String()
+	}
+	t.Logf("%s: NodePool created → %d Nodes created %s, all Ready %s, %d pods Running %s (%v from the first pod's creation)",
+		pool, want, seen(made), seen(ready), n, seen(running), time.Since(began).Round(time.Millisecond))
 }
