@@ -398,30 +398,19 @@ func (o *Operator) Pass(ctx context.Context) error {
 
 // unmatchedEvents tells each pod that fits no pool why, once per reason.
 func (o *Operator) unmatchedEvents(un []demand.Unmatched, byKey map[string]*corev1.Pod) {
-	live := map[types.UID]bool{}
-	for _, u := range un {
-		p := byKey[u.Namespace+"/"+u.Name]
-		if p == nil {
-			continue
-		}
-		live[p.UID] = true
-		msg := "tide: no NodePool can run this pod: " + u.Reason
-		if o.unmatched[p.UID] == msg {
-			continue
-		}
-		o.unmatched[p.UID] = msg
-		o.event(p, corev1.EventTypeWarning, "NoNodePoolFits", msg)
-	}
-	for uid := range o.unmatched {
-		if !live[uid] {
-			delete(o.unmatched, uid)
-		}
-	}
+	podEvents(o, un, byKey, o.unmatched, "NoNodePoolFits", "tide: no NodePool can run this pod: ")
 }
 
 // unmodelledEvents tells each waiting pod whose placement rules tide
 // models only in part what it leaves out, once per message.
 func (o *Operator) unmodelledEvents(un []demand.Unmatched, byKey map[string]*corev1.Pod) {
+	podEvents(o, un, byKey, o.unmodelled, "NotModelled", "tide: ")
+}
+
+// podEvents records a Warning event of reason on each pod of un, its
+// message prefix + the pod's reason, once per message: sent remembers the
+// last message each pod got, and forgets pods no longer in un.
+func podEvents(o *Operator, un []demand.Unmatched, byKey map[string]*corev1.Pod, sent map[types.UID]string, reason, prefix string) {
 	live := map[types.UID]bool{}
 	for _, u := range un {
 		p := byKey[u.Namespace+"/"+u.Name]
@@ -429,16 +418,16 @@ func (o *Operator) unmodelledEvents(un []demand.Unmatched, byKey map[string]*cor
 			continue
 		}
 		live[p.UID] = true
-		msg := "tide: " + u.Reason
-		if o.unmodelled[p.UID] == msg {
+		msg := prefix + u.Reason
+		if sent[p.UID] == msg {
 			continue
 		}
-		o.unmodelled[p.UID] = msg
-		o.event(p, corev1.EventTypeWarning, "NotModelled", msg)
+		sent[p.UID] = msg
+		o.event(p, corev1.EventTypeWarning, reason, msg)
 	}
-	for uid := range o.unmodelled {
+	for uid := range sent {
 		if !live[uid] {
-			delete(o.unmodelled, uid)
+			delete(sent, uid)
 		}
 	}
 }
