@@ -204,7 +204,7 @@ func (a *Assembly) newPool(ctx context.Context, pc config.Pool, build func() (pr
 		return nil, err
 	}
 	p.loop = loop
-	if p.cons, err = newConsolidator(pc, a.h, ctl, plog.With("component", "consolidate"), emit); err != nil {
+	if p.cons, err = newConsolidator(pc, a.h, ctl, plog.With("component", "consolidate"), emit, a.cfg.Registry); err != nil {
 		p.release()
 		return nil, err
 	}
