@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tide-project/tide/internal/clock"
 	"github.com/tide-project/tide/internal/config"
 	"github.com/tide-project/tide/internal/consolidate"
@@ -39,12 +41,15 @@ type consolidator struct {
 	log   *slog.Logger
 	emit  func(controller.Event)
 	moved map[string]time.Time // worker -> when this consolidator emptied it
+	// disrupted is tide_nodes_disrupted_total (nil: not counted).
+	disrupted *prometheus.CounterVec
 }
 
 // newConsolidator returns the pool's consolidator, or nil when the pool
 // does not consolidate. The karpenter policy consolidates by its own rule
 // (consolidate.Karpenter); the seed policies never do.
-func newConsolidator(pc config.Pool, h *head.Head, ctl *controller.Controller, log *slog.Logger, emit func(controller.Event)) (*consolidator, error) {
+func newConsolidator(pc config.Pool, h *head.Head, ctl *controller.Controller, log *slog.Logger, emit func(controller.Event),
+	reg prometheus.Registerer) (*consolidator, error) {
 	cfg, err := pc.Consolidation()
 	if err != nil {
 		return nil, err
@@ -59,8 +64,14 @@ func newConsolidator(pc config.Pool, h *head.Head, ctl *controller.Controller, l
 	if !cfg.Enabled {
 		return nil, nil
 	}
-	return &consolidator{pool: pc, cfg: cfg, h: h, ctl: ctl, clk: clock.Real{}, log: log, emit: emit,
-		moved: map[string]time.Time{}}, nil
+	c := &consolidator{pool: pc, cfg: cfg, h: h, ctl: ctl, clk: clock.Real{}, log: log, emit: emit,
+		moved: map[string]time.Time{}}
+	if reg != nil {
+		if c.disrupted, err = controller.DisruptedCounter(reg); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // run evaluates every Config.Every until ctx ends.
@@ -155,6 +166,9 @@ func (c *consolidator) pass(ctx context.Context) error {
 			continue
 		}
 		c.moved[m.Node] = now
+		if c.disrupted != nil {
+			c.disrupted.WithLabelValues(c.pool.Name, EventConsolidate).Inc()
+		}
 		c.emit(controller.Event{Time: now, Pool: c.pool.Name, Type: controller.TypeNormal, Reason: EventConsolidate,
 			Message: fmt.Sprintf("%s; moved %s (their attempts end with %s, new attempts placed elsewhere)",
 				m, strings.Join(ids, ", "), store.ReasonMoved)})

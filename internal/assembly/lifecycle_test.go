@@ -239,8 +239,11 @@ func TestFrozenWorkerIsRepaired(t *testing.T) {
 		t.Errorf("the instance on the healthy node was disturbed: %s attempt %d", in.Status, in.Attempt)
 	}
 	// Order: unhealthy, repair (the replacement launched), joined, then the
-	// frozen machine is deleted.
+	// frozen machine is deleted (its deletion is confirmed a tick later).
 	var order []string
+	ta.waitFor("the frozen machine's deletion is recorded", 30*time.Second, func() (bool, string) {
+		return len(ta.eventsOf(controller.ReasonDeleted, frozen)) == 1, ""
+	})
 	for _, e := range ta.events() {
 		switch {
 		case e.Reason == controller.ReasonUnhealthy && strings.Contains(e.Message, frozen):

@@ -154,7 +154,7 @@ func (a *Assembly) newPool(ctx context.Context, pc config.Pool, build func() (pr
 	ctl, err := controller.New(a.controllerConfig(pc), controller.Deps{
 		Provider: tideprovider.Instrument(joining{Provider: prov, head: a.h, headURL: url}, a.cfg.Registry, tideprovider.WithName(pc.Provider.Type)),
 		Journal:  journal,
-		Workload: a.h.Workload(),
+		Workload: poolWorkload(a.h.Workload(), pc.Provider.Type),
 		Clock:    clock.Real{},
 		Logger:   plog.With("component", "controller"),
 		Metrics:  a.cfg.Registry,
@@ -204,11 +204,48 @@ func (a *Assembly) newPool(ctx context.Context, pc config.Pool, build func() (pr
 		return nil, err
 	}
 	p.loop = loop
-	if p.cons, err = newConsolidator(pc, a.h, ctl, plog.With("component", "consolidate"), emit); err != nil {
+	if p.cons, err = newConsolidator(pc, a.h, ctl, plog.With("component", "consolidate"), emit, a.cfg.Registry); err != nil {
 		p.release()
 		return nil, err
 	}
 	return p, nil
+}
+
+// poolWorkload is the head's Workload for a pool of provider type typ:
+// for machines that run no agent (sim), without its inspection (no worker
+// will ever register for them: asking each tick would only load the store).
+func poolWorkload(w controller.Workload, typ string) controller.Workload {
+	if build.RunsNoAgent(typ) == "" {
+		return w
+	}
+	return agentless{w}
+}
+
+// agentless is a Workload that is neither an Inspector nor an Evacuator.
+type agentless struct{ w controller.Workload }
+
+func (a agentless) Cordon(ctx context.Context, n controller.Node) error { return a.w.Cordon(ctx, n) }
+func (a agentless) Uncordon(ctx context.Context, n controller.Node) error {
+	return a.w.Uncordon(ctx, n)
+}
+func (a agentless) Busy(ctx context.Context, n controller.Node) (bool, error) {
+	return a.w.Busy(ctx, n)
+}
+
+// Forget forwards to the head's Forget (controller.Forgetter).
+func (a agentless) Forget(ctx context.Context, n controller.Node) error {
+	if f, ok := a.w.(controller.Forgetter); ok {
+		return f.Forget(ctx, n)
+	}
+	return nil
+}
+
+// MachineDeleted forwards to the head's (controller.DeletionObserver).
+func (a agentless) MachineDeleted(ctx context.Context, n controller.Node) error {
+	if o, ok := a.w.(controller.DeletionObserver); ok {
+		return o.MachineDeleted(ctx, n)
+	}
+	return nil
 }
 
 // start runs the pool's controller and loop under ctx. Called with

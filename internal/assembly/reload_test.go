@@ -216,7 +216,7 @@ func TestReloadAddsChangesAndRemovesPools(t *testing.T) {
 	for _, want := range []string{"new/" + ReasonPoolAdded, "keep/" + ReasonPoolChanged, "gone/" + ReasonPoolRemoving,
 		"gone/" + ReasonPoolRemoved, "/" + ReasonConfigReloaded, "gone/deleted"} {
 		if !slices.Contains(reasons, want) {
-			t.Errorf("no event %s in %v", want, reasons)
+			t.Errorf("no event %s in %v\n%s", want, reasons, ta.eventText())
 		}
 	}
 	for _, r := range reasons {

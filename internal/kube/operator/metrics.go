@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tide-project/tide/internal/autoscale"
+	"github.com/tide-project/tide/internal/controller"
 )
 
 // Metric names, in the head's conventions (tide_<part>_<what>_<unit>).
@@ -32,6 +33,9 @@ type metrics struct {
 	// figures are the target-tracking pools' M, N and
 	// CapacityProviderReservation (autoscale.FigureMetrics).
 	figures *autoscale.FigureMetrics
+	// disrupted is tide_nodes_disrupted_total{pool,reason}, shared with the
+	// pool controllers (nil without a registry).
+	disrupted *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -56,6 +60,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	var errs []error
 	var err error
 	m.figures, err = autoscale.NewFigureMetrics(reg)
+	errs = append(errs, err)
+	m.disrupted, err = controller.DisruptedCounter(reg)
 	errs = append(errs, err)
 	for _, c := range []prometheus.Collector{m.loop, m.pending, m.markedN, m.unmatched, m.unmodelled, m.latency} {
 		errs = append(errs, reg.Register(c))

@@ -361,6 +361,12 @@ func (o *Operator) Pass(ctx context.Context) error {
 			byPool[pool] = append(byPool[pool], n)
 		}
 	}
+	byNode := map[string][]*corev1.Pod{}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
+		}
+	}
 	var errs []error
 	for _, name := range names {
 		r := o.runners[name]
@@ -373,6 +379,9 @@ func (o *Operator) Pass(ctx context.Context) error {
 		}
 		if err := o.runPool(ctx, r, now, rep.Pressure[name], byPool[name], podsOf); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
+		}
+		if err := o.consolidate(ctx, r, now, byPool[name], byNode, len(podsOf)); err != nil {
+			errs = append(errs, fmt.Errorf("pool %s: consolidate: %w", name, err))
 		}
 	}
 	o.unmatchedEvents(rep.Unmatched, byUID)
@@ -465,6 +474,10 @@ type runner struct {
 	// slots is the pool's policy; it packs the pending pods' placement
 	// rules (demand.Slot) too.
 	slots *slotPolicy
+	// work is the pool's Workload (cordons, evictions, inspection); cons
+	// its consolidation (nil when it does not consolidate).
+	work *workload.Workload
+	cons *consolidator
 
 	mu       sync.Mutex
 	ordinals map[string]reconcile.NodeID // Node name → ordinal
@@ -562,6 +575,8 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 	if p.Config.Lifecycle != nil {
 		repairOn = p.Config.Lifecycle.RepairConditions
 	}
+	work := workload.New(o.cfg.API, r.nodeName, o.log).RepairOn(repairOn...)
+	r.work = work
 	ctl, err := controller.New(controller.Config{Pool: name, Reconcile: rcfg, Offerings: p.Config.Offerings,
 		Bootstrap: []byte("kubernetes"), ControllerID: o.cfg.Identity, ReconcileInterval: o.cfg.Interval,
 		CreateConcurrency: CreateConcurrency,
@@ -576,7 +591,7 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 			Join   any
 		}{p.Labels, p.Taints, p.Join})},
 		controller.Deps{Provider: timedProvider{Provider: prov, o: o}, Journal: journal,
-			Workload: workload.New(o.cfg.API, r.nodeName, o.log).RepairOn(repairOn...),
+			Workload: work,
 			Clock:    o.clk, Logger: o.log, Metrics: o.cfg.Metrics, Events: controller.EventFunc(func(ev controller.Event) {
 				if r.obj != nil {
 					o.event(r.obj, ev.Type, camel(ev.Reason), ev.Message)
@@ -601,6 +616,9 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 		return fail(err)
 	}
 	r.ctl, r.auto = ctl, auto
+	if r.cons, err = newConsolidator(r, o.cfg.Interval); err != nil {
+		return fail(fmt.Errorf("spec.%w", err))
+	}
 	return r
 }
 

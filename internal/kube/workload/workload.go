@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 
+	"github.com/tide-project/tide/internal/capacity"
 	"github.com/tide-project/tide/internal/controller"
 	"github.com/tide-project/tide/internal/kube/demand"
 	"github.com/tide-project/tide/internal/kube/drain"
@@ -190,6 +191,17 @@ func (w *Workload) Inspect(ctx context.Context, nodes []controller.Node) (map[st
 		for i := range pods {
 			pp[i] = &pods[i]
 		}
+		alloc := demand.Resources(node.Status.Allocatable)
+		for _, p := range pp {
+			if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || demand.Daemon(p) {
+				continue
+			}
+			req := demand.Requests(p)
+			info.Used = info.Used.Add(req)
+			if p.Status.StartTime != nil {
+				info.WorkHours += time.Since(p.Status.StartTime.Time).Hours() * share(req, alloc)
+			}
+		}
 		for _, b := range drain.Compute(name, pp, nil).Blocked {
 			if b.Never {
 				info.Blocked = b.Reason
@@ -199,6 +211,22 @@ func (w *Workload) Inspect(ctx context.Context, nodes []controller.Node) (map[st
 		out[n.MachineID] = info
 	}
 	return out, nil
+}
+
+// share is the largest share of c's cpu, memory or GPUs that r asks for
+// (1 when c has none of what r asks for).
+func share(r, c capacity.Resources) float64 {
+	out := 0.0
+	for _, d := range [][2]int64{{r.MilliCPU, c.MilliCPU}, {r.Memory, c.Memory}, {r.GPUs, c.GPUs}} {
+		switch {
+		case d[0] <= 0:
+		case d[1] <= 0:
+			return 1
+		default:
+			out = max(out, float64(d[0])/float64(d[1]))
+		}
+	}
+	return min(out, 1)
 }
 
 // unhealthy says why node is unhealthy ("" when it is not).
