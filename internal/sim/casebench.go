@@ -196,9 +196,7 @@ func (r *CaseResult) Judge() Verdict {
 		if pc < best {
 			best, v.BestOther = pc, p.Policy
 		}
-		spread := max(t.Spread(), p.Spread())
-		margin := 1 - pc/tc
-		if p.MeanP95() <= tp*(1+1e-9) && margin > spread+1e-9 && margin > v.Margin {
+		if margin, spread, ok := Dominates(p, t); ok && margin > v.Margin {
 			v.DominatedBy, v.Margin, v.Spread = p.Policy, margin, spread
 		}
 	}
@@ -206,6 +204,20 @@ func (r *CaseResult) Judge() Verdict {
 		v.VsBestOther = tc/best - 1
 	}
 	return v
+}
+
+// Dominates reports whether p dominates t on the means over the seeds:
+// p's mean p95 wait is equal to t's or shorter and p is cheaper by more
+// than the seed spread (the larger of the two policies' Spread). margin is
+// by how much p is cheaper, a fraction of t's mean cost.
+func Dominates(p, t *PolicyRuns) (margin, spread float64, ok bool) {
+	tc := t.MeanCost()
+	if tc <= 0 {
+		return 0, 0, false
+	}
+	spread = max(t.Spread(), p.Spread())
+	margin = 1 - p.MeanCost()/tc
+	return margin, spread, p.MeanP95() <= t.MeanP95()*(1+1e-9) && margin > spread+1e-9
 }
 
 // RunCases runs the named policies (those applicable) on every case on
