@@ -75,6 +75,10 @@ func TestSimulateJSON(t *testing.T) {
 			LostWork  float64 `json:"lost_work_instance_hours"`
 			Idle      float64 `json:"idle_node_hours"`
 			Outside   float64 `json:"outside_node_hours"`
+			Gangs     int     `json:"gangs"`
+			GangP50   float64 `json:"gang_wait_p50_s"`
+			GangP95   float64 `json:"gang_wait_p95_s"`
+			Partial   float64 `json:"partial_gang_gpu_hours"`
 		} `json:"policies"`
 	}
 	dec := json.NewDecoder(strings.NewReader(out))
@@ -89,7 +93,7 @@ func TestSimulateJSON(t *testing.T) {
 	for _, p := range rep.Policies {
 		names = append(names, p.Policy)
 		if p.Disrupted != 0 || p.NodeHours <= 0 || p.Scale == 0 || p.Util <= 0 || p.Util > 1 || p.P50 > p.P95 || p.P95 > p.P99 ||
-			p.Idle < 0 || p.Outside <= 0 || p.Idle+p.Outside >= p.NodeHours {
+			p.Idle < 0 || p.Outside <= 0 || p.Idle+p.Outside >= p.NodeHours || p.GangP50 > p.GangP95 || p.Partial < 0 {
 			t.Errorf("implausible figures: %+v", p)
 		}
 	}

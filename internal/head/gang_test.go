@@ -29,6 +29,7 @@ func TestGangPlacedWholeWithRendezvousEnv(t *testing.T) {
 	tok := map[string]string{"w1": e.register("w1", 2), "w22": e.register("w22", 2)}
 	gpu := obj{"gpu_units": 1}
 	g1 := e.submitAll(obj{"command": "x", "name": "a", "replicas": 3, "gang": true, "resource_requirements": gpu})
+	e.clk.Advance(time.Second) // gang a is older: FIFO places it first
 	g2 := e.submitAll(obj{"command": "x", "gang": obj{"name": "b", "size": 3, "max_wait": "1m"}, "resource_requirements": gpu})
 	if len(g1) != 3 || len(g2) != 3 {
 		t.Fatalf("submitted %d and %d", len(g1), len(g2))

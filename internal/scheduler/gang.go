@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -97,7 +98,7 @@ func placeGang(g *gang, pending []Instance, nodes []node, byName map[string]int,
 		best, bestScore := -1, score{}
 		for _, ni := range cands {
 			n := &nodes[ni]
-			if !n.placeable || n.reserved >= 0 {
+			if !n.placeable || (n.reserved >= 0 && !slices.Contains(g.members, n.reserved)) {
 				continue
 			}
 			if ok, _ := n.fits(p); !ok {
@@ -152,4 +153,34 @@ func (n *node) release(p *Instance, gpus []int) {
 			n.shared[g]--
 		}
 	}
+}
+
+// reserveGang reserves, for a gang that waited too long, one worker per
+// member (the one closest to fitting it, as for a lone instance), so that
+// nothing placed after it in this call takes them: all of them or none.
+// It reports whether it reserved.
+func reserveGang(g *gang, pending []Instance, nodes []node, byName map[string]int, byPool map[string][]int, res *Result) bool {
+	var taken []int
+	for _, i := range g.members {
+		p := &pending[i]
+		cands, _ := candidates(p, nodes, byName, byPool)
+		ni := reserveFor(p, cands, nodes)
+		if ni < 0 {
+			for _, t := range taken {
+				nodes[t].reserved = -1
+			}
+			return false
+		}
+		nodes[ni].reserved = i
+		taken = append(taken, ni)
+	}
+	var names []string
+	for k, ni := range taken {
+		res.Reserved[nodes[ni].w.Name] = pending[g.members[k]].ID
+		names = append(names, nodes[ni].w.Name)
+	}
+	for _, i := range g.members {
+		res.Waiting[pending[i].ID] += "; waiting for reserved workers " + strings.Join(names, ", ")
+	}
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func gangOf(name string, size int, gpus int64, prio int) []Instance {
@@ -164,5 +165,61 @@ func TestPreempt(t *testing.T) {
 	}
 	if len(res.Assignments) != 0 {
 		t.Fatal("placed on a full worker")
+	}
+}
+
+// A gang that waited ReserveAfter reserves a worker per member: small work
+// queued after it no longer takes the room it waits for.
+func TestGangReservesWhenStarved(t *testing.T) {
+	ws := []Worker{wk("a", 8, 32, 2), wk("b", 8, 32, 2)}
+	placed := []Instance{placedOn("a", inst("busy", 1, 1, 1), 0)}
+	gang := gangOf("g", 2, 2, 0) // needs both workers whole
+	small := with(inst("small", 1, 1, 1), func(i *Instance) { i.QueuedAt = now.Add(time.Minute) })
+	cfg := Config{ReserveAfter: time.Minute}
+	res := Place(ws, placed, append(slices.Clone(gang), small), cfg, now.Add(30*time.Second))
+	if got := render(res.Assignments); !slices.Equal(got, []string{"small@b[0]"}) && !slices.Equal(got, []string{"small@a[1]"}) {
+		t.Fatalf("before the gang starves: %v", got)
+	}
+	res = Place(ws, placed, append(slices.Clone(gang), small), cfg, now.Add(2*time.Minute))
+	if len(res.Assignments) != 0 || len(res.Reserved) != 2 || !strings.Contains(res.Waiting["g-0"], "reserved workers") {
+		t.Fatalf("starved gang: placed %v, reserved %v, waiting %q", render(res.Assignments), res.Reserved, res.Waiting["g-0"])
+	}
+	// Once busy ends, the gang takes both workers.
+	res = Place(ws, nil, append(slices.Clone(gang), small), cfg, now.Add(3*time.Minute))
+	if got := render(res.Assignments); len(got) != 2 || !strings.HasPrefix(got[0], "g-") || !strings.HasPrefix(got[1], "g-") {
+		t.Fatalf("after: %v", got)
+	}
+}
+
+// A waiting gang of higher priority preempts for all its members at once
+// or for none: on two full workers it takes one restartable victim on
+// each; when one member can find no room, nothing is preempted for it.
+func TestGangPreemptsWholeOrNot(t *testing.T) {
+	ws := []Worker{wk("a", 8, 32, 1), wk("b", 8, 32, 1)}
+	restartable := func(i Instance) Instance { return with(i, func(i *Instance) { i.Restartable = true }) }
+	placed := []Instance{placedOn("a", restartable(inst("va", 1, 1, 1)), 0), placedOn("b", restartable(inst("vb", 1, 1, 1)), 0)}
+	gang := gangOf("hg", 2, 1, 5)
+	res := Place(ws, placed, gang, Config{Preemptible: preemptible}, now)
+	var victims []string
+	for _, pr := range res.Preemptions {
+		for _, v := range pr.Victims {
+			victims = append(victims, v.ID)
+		}
+	}
+	slices.Sort(victims)
+	if !slices.Equal(victims, []string{"va", "vb"}) {
+		t.Fatalf("preemptions %+v, want va and vb for the gang", res.Preemptions)
+	}
+	// vb is not restartable: the gang cannot make room for both, so it preempts neither.
+	placed[1] = placedOn("b", inst("vb", 1, 1, 1), 0)
+	res = Place(ws, placed, gang, Config{Preemptible: preemptible}, now)
+	if len(res.Preemptions) != 0 {
+		t.Fatalf("preemptions %+v for a gang that cannot fit whole", res.Preemptions)
+	}
+	// A lone instance of the same priority after it still may take va's room.
+	lone := with(inst("lone", 1, 1, 1), func(i *Instance) { i.Priority = 5 })
+	res = Place(ws, placed, append(slices.Clone(gang), lone), Config{Preemptible: preemptible}, now)
+	if len(res.Preemptions) != 1 || res.Preemptions[0].For != "lone" || res.Preemptions[0].Victims[0].ID != "va" {
+		t.Fatalf("preemptions %+v, want va for lone (the gang gave back what it planned)", res.Preemptions)
 	}
 }

@@ -16,7 +16,9 @@
 //     has waited Config.ReserveAfter, a worker is reserved for it: nothing
 //     else is placed there until it fits, so a large instance is never
 //     starved. Reservations are recomputed each call from the same inputs,
-//     so they need no state between calls.
+//     so they need no state between calls. A starved gang reserves one
+//     worker per member (one reservation of the pool's), so a stream of
+//     small work cannot keep it waiting for ever (gang.go).
 //   - Placement keeps GPU workers for GPU work, prefers a worker that runs
 //     something to an empty one (empty nodes stay empty for the autoscaler
 //     to reclaim), then one whose free CPU and memory point the way the
@@ -213,6 +215,10 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 				continue
 			}
 			unplaced = append(unplaced, g.members...)
+			starved := cfg.ReserveAfter > 0 && !p.QueuedAt.IsZero() && now.Sub(p.QueuedAt) >= cfg.ReserveAfter
+			if starved && reservations[p.Pool] < maxRes && reserveGang(g, pending, nodes, byName, byPool, &res) {
+				reservations[p.Pool]++
+			}
 			continue
 		}
 		if now.Before(p.NotBefore) {

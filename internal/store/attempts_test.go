@@ -38,9 +38,9 @@ func TestAttemptHistoryBackfill(t *testing.T) {
 	mustInsert(t, s, newInst("old"), newInst("queued"))
 	assign(t, s, "old", "w")
 	// Roll the schema back to before the history: what an older build left.
-	for _, q := range []string{`DROP TRIGGER attempts_begin`, `DROP TRIGGER attempts_progress`, `DROP TABLE attempts`,
+	for _, q := range append(rollback9, `DROP TRIGGER attempts_begin`, `DROP TRIGGER attempts_progress`, `DROP TABLE attempts`,
 		`ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`,
-		`ALTER TABLE instances DROP COLUMN max_wait_ns`, `PRAGMA user_version = 5`} {
+		`ALTER TABLE instances DROP COLUMN max_wait_ns`, `PRAGMA user_version = 5`) {
 		if _, err := s.w.Exec(q); err != nil {
 			t.Fatal(err)
 		}

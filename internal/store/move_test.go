@@ -11,9 +11,9 @@ import (
 // four migrations: the fifth adds the restartable column, old rows read as
 // not restartable, and new rows keep the flag.
 func TestRestartableColumnMigrates(t *testing.T) {
-	s := reopenAfter(t, `ALTER TABLE instances DROP COLUMN restartable`,
+	s := reopenAfter(t, append(rollback9, `ALTER TABLE instances DROP COLUMN restartable`,
 		`ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`,
-		`ALTER TABLE instances DROP COLUMN max_wait_ns`, `PRAGMA user_version = 4`)
+		`ALTER TABLE instances DROP COLUMN max_wait_ns`, `PRAGMA user_version = 4`)...)
 	if in := mustGet(t, s, "old"); in.Restartable {
 		t.Fatal("a row from schema 4 reads as restartable")
 	}
@@ -29,8 +29,8 @@ func TestRestartableColumnMigrates(t *testing.T) {
 // six migrations: the seventh adds not_before and held_by; old rows read
 // as not held, and a hold set later reads back.
 func TestNotBeforeColumnsMigrate(t *testing.T) {
-	s := reopenAfter(t, `ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`,
-		`ALTER TABLE instances DROP COLUMN max_wait_ns`, `PRAGMA user_version = 6`)
+	s := reopenAfter(t, append(rollback9, `ALTER TABLE instances DROP COLUMN not_before`, `ALTER TABLE instances DROP COLUMN held_by`,
+		`ALTER TABLE instances DROP COLUMN max_wait_ns`, `PRAGMA user_version = 6`)...)
 	if in := mustGet(t, s, "old"); !in.NotBefore.IsZero() || in.HeldBy != "" {
 		t.Fatalf("a row from schema 6 reads as held: %v by %q", in.NotBefore, in.HeldBy)
 	}
@@ -46,7 +46,7 @@ func TestNotBeforeColumnsMigrate(t *testing.T) {
 // seven migrations: the eighth adds max_wait_ns; old rows read as having
 // no max_wait of their own, and a new row keeps its own.
 func TestMaxWaitColumnMigrates(t *testing.T) {
-	s := reopenAfter(t, `ALTER TABLE instances DROP COLUMN max_wait_ns`, `PRAGMA user_version = 7`)
+	s := reopenAfter(t, append(rollback9, `ALTER TABLE instances DROP COLUMN max_wait_ns`, `PRAGMA user_version = 7`)...)
 	if in := mustGet(t, s, "old"); in.MaxWait != 0 {
 		t.Fatalf("a row from schema 7 reads with max_wait %v", in.MaxWait)
 	}
@@ -55,6 +55,27 @@ func TestMaxWaitColumnMigrates(t *testing.T) {
 	mustInsert(t, s, a)
 	if got := mustGet(t, s, "a").MaxWait; got != 90*time.Second {
 		t.Fatalf("max_wait read back as %v, want 1m30s", got)
+	}
+}
+
+// rollback9 undoes migration 9 (priorities and gangs).
+var rollback9 = []string{`ALTER TABLE instances DROP COLUMN priority`, `ALTER TABLE instances DROP COLUMN gang_id`,
+	`ALTER TABLE instances DROP COLUMN gang_name`, `ALTER TABLE instances DROP COLUMN gang_size`,
+	`ALTER TABLE instances DROP COLUMN gang_rank`, `ALTER TABLE instances DROP COLUMN gang_max_wait_ns`}
+
+// TestPriorityGangColumnsMigrate opens a database made by a build that
+// knew eight migrations: the ninth adds the priority and gang columns;
+// old rows read with priority 0 and no gang, and new rows keep theirs.
+func TestPriorityGangColumnsMigrate(t *testing.T) {
+	s := reopenAfter(t, append(rollback9, `PRAGMA user_version = 8`)...)
+	if in := mustGet(t, s, "old"); in.Priority != 0 || in.GangID != "" || in.GangSize != 0 {
+		t.Fatalf("a row from schema 8 reads priority %d, gang %q of %d", in.Priority, in.GangID, in.GangSize)
+	}
+	a := newInst("a")
+	a.Priority, a.GangID, a.GangName, a.GangSize, a.GangRank = 3, "a", "g", 2, 1
+	mustInsert(t, s, a)
+	if in := mustGet(t, s, "a"); in.Priority != 3 || in.GangID != "a" || in.GangName != "g" || in.GangSize != 2 || in.GangRank != 1 {
+		t.Fatalf("new row: %+v", in)
 	}
 }
 
