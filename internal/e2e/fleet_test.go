@@ -583,7 +583,11 @@ func TestFleetShardKilledDuringTransfer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(wb); n != 2 {
-		t.Errorf("B has %d workers, want 2 (each machine configured once)", n)
+	// Each machine is configured for B at most once: a configuration
+	// registers a worker of its own, so no more workers than machines. Under load B's two short instances may both finish on the first
+	// machine before the second one joins (and B, idle, no longer needs
+	// it), so one worker is as right as two.
+	if n := len(wb); n < 1 || n > len(created) {
+		t.Errorf("B has %d workers, want 1 to %d (each machine configured once)", n, len(created))
 	}
 }
