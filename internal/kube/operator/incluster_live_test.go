@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tide-project/tide/deploy"
+	"github.com/tide-project/tide/internal/kube/demand"
 	"github.com/tide-project/tide/internal/kube/kubetest"
 	"github.com/tide-project/tide/internal/kube/operator"
 )
@@ -39,6 +40,7 @@ const hostPool = `{"nodes":{"min":1,"max":1},"provider":{"type":"netns","options
 // inClusterPool is the kwok NodePool the in-cluster controller scales.
 const inClusterPool = `{"nodes":{"min":0,"max":4},"provider":{"type":"kwok"},
   "offerings":[{"type":"w4","cpu":"4","memory":"8Gi","price":1}],
+  "scaling":{"idle_timeout":"1s","batch_window":"200ms"},
   "node_labels":{"tier":"incluster"}}`
 
 // TestLiveKubeInCluster: tide kube runs in the cluster, as shipped. tide's
@@ -50,14 +52,16 @@ const inClusterPool = `{"nodes":{"min":0,"max":4},"provider":{"type":"kwok"},
 // liveness and readiness probes), Service and PodDisruptionBudget, with
 // only the image (imagePullPolicy Never), the apiserver's address (the
 // in-cluster config's KUBERNETES_SERVICE_HOST/PORT: this cluster has no
-// kube-proxy) and --pools changed. Both replicas become Ready on the
+// kube-proxy), --pools and a node affinity keeping it off the pool it
+// scales changed. Both replicas become Ready on the
 // kubelet Node and one holds the Lease tide-system/tide-kube; then pending
 // pods make the in-cluster controller, with no credential but its
 // ServiceAccount's token, scale a kwok NodePool up until every pod is bound.
 // Any "forbidden" in the replicas' logs (a permission rbac.yaml lacks)
 // fails the test, and so does a restart of a replica. The standby takes
-// over when the leader's pod is deleted. Nothing is left behind, as in
-// TestLiveKubeletNodes.
+// over when the leader's pod is deleted, scales up once more, and removes
+// every Node of the pool once its pods are gone. Nothing is left behind,
+// as in TestLiveKubeletNodes.
 func TestLiveKubeInCluster(t *testing.T) {
 	began := time.Now()
 	ks := startKubeletSetup(t)
@@ -85,6 +89,13 @@ func TestLiveKubeInCluster(t *testing.T) {
 	c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: ks.gw},
 		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: ks.api.Port()})
 	c.Args = append(c.Args, "--pools=incluster")
+	// Off the Nodes of the pool it scales (docs/kubernetes.md): a replica
+	// there (the one replacing a deleted pod lands on an emptier kwok Node)
+	// would keep its Node from scaling down, and run nowhere on kwok.
+	dep.Spec.Template.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: demand.PoolLabel, Operator: corev1.NodeSelectorOpNotIn,
+				Values: []string{"incluster"}}}}}}}
 	t.Cleanup(func() { deleteInCluster(t, l) }) // before the host's operator and machine stop
 	for _, d := range docs[1:] {
 		if err := l.Create(d); err != nil {
@@ -164,6 +175,20 @@ func TestLiveKubeInCluster(t *testing.T) {
 	})
 	t.Logf("after the handover the new leader added a third Node for a new pod, %v after the leader's pod was deleted",
 		time.Since(deleted).Round(time.Millisecond))
+
+	// Scale-down by the new leader: the pods go, and so does every Node of
+	// the pool (taint, drain, delete: more of its RBAC).
+	for _, name := range []string{"ic-0", "ic-1", "ic2-0"} {
+		if err := l.cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	down := time.Now()
+	kubetest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		n := len(l.poolNodes(t, "incluster"))
+		return n == 0, fmt.Sprintf("%d Nodes left in the pool", n)
+	})
+	t.Logf("the pods deleted, the in-cluster controller removed the pool's 3 Nodes in %v", time.Since(down).Round(time.Millisecond))
 	for _, p := range tidePods(t, l) {
 		if strings.HasPrefix(next, p.Name+"_") {
 			checkTideLogs(t, l, p.Name)
