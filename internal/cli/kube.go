@@ -53,6 +53,7 @@ Then run the controller (two replicas: one holds the Lease and acts):
 	f.StringVar(&o.LocalRoot, "local-root", "", "directory of the machines of local and netns NodePools, which run on this host (one subdirectory per NodePool)")
 	f.StringVar(&o.NodeServer, "node-apiserver", "", "apiserver URL the machines of non-kwok NodePools join at (default: the one tide kube uses)")
 	f.StringVar(&o.NodeCA, "node-ca", "", "PEM file of the CA the machines of non-kwok NodePools verify --node-apiserver with (default: tide kube's own CA and verification)")
+	f.StringSliceVar(&o.Pools, "pools", nil, "act on these NodePools only (comma-separated names; default: every NodePool)")
 	f.BoolVar(&debug, "debug", false, "log at debug level (--log-level debug)")
 	lf.register(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {

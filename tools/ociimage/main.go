@@ -4,9 +4,13 @@
 // multi-architecture index and written as an OCI image layout in a tar file
 // (load it with `podman load -i`, `skopeo copy oci-archive:F docker://...`,
 // or `crane push`). scripts/release runs it; it is its own Go module so that
-// go-containerregistry is no dependency of tide itself.
+// go-containerregistry is no dependency of tide itself. With --ref the
+// archive's index.json holds one entry, the multi-architecture index,
+// named REF (the annotations org.opencontainers.image.ref.name and
+// io.containerd.image.name), so that `ctr -n k8s.io images import` gives a
+// node's containerd the image under that name, no registry needed.
 //
-//	go run . --version v1.2.3 --binary amd64=PATH --binary arm64=PATH --out tide.oci.tar
+//	go run . --version v1.2.3 --binary amd64=PATH --binary arm64=PATH --out tide.oci.tar [--ref NAME]
 package main
 
 import (
@@ -50,6 +54,7 @@ func main() {
 	source := flag.String("source", "", "org.opencontainers.image.source label")
 	revision := flag.String("revision", "", "org.opencontainers.image.revision label")
 	out := flag.String("out", "", "the OCI archive to write (required)")
+	ref := flag.String("ref", "", "the image's name in the archive (e.g. localhost/tide/tide:dev), for ctr images import")
 	flag.Var(bins, "binary", "ARCH=PATH of a static linux tide binary (repeatable)")
 	flag.Parse()
 	if *version == "" || *out == "" || len(bins) == 0 {
@@ -75,14 +80,16 @@ func main() {
 	if *revision != "" {
 		labels["org.opencontainers.image.revision"] = *revision
 	}
-	if err := write(*out, bins, labels, when); err != nil {
+	if err := write(*out, *ref, bins, labels, when); err != nil {
 		fmt.Fprintf(os.Stderr, "ociimage: %v\n", err)
 		os.Exit(1)
 	}
 }
 
 // write builds one image per binary, an index over them, and the archive.
-func write(out string, bins binaries, labels map[string]string, when time.Time) error {
+// With ref, the index is itself the one entry of the layout's index.json,
+// under that name.
+func write(out, ref string, bins binaries, labels map[string]string, when time.Time) error {
 	archs := make([]string, 0, len(bins))
 	for a := range bins {
 		archs = append(archs, a)
@@ -102,7 +109,13 @@ func write(out string, bins binaries, labels map[string]string, when time.Time) 
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if _, err := layout.Write(dir, idx); err != nil {
+	var top v1.ImageIndex = idx
+	if ref != "" {
+		top = mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), mutate.IndexAddendum{Add: idx,
+			Descriptor: v1.Descriptor{Annotations: map[string]string{
+				"org.opencontainers.image.ref.name": ref, "io.containerd.image.name": ref}}})
+	}
+	if _, err := layout.Write(dir, top); err != nil {
 		return fmt.Errorf("write layout: %w", err)
 	}
 	return tarDir(dir, out, when)

@@ -21,6 +21,9 @@ var paths = map[string]string{
 	"NodePool":                 "/apis/tide.dev/v1alpha1/nodepools",
 	"Node":                     "/api/v1/nodes",
 	"Pod":                      "/api/v1/namespaces/%s/pods",
+	"Service":                  "/api/v1/namespaces/%s/services",
+	"PodDisruptionBudget":      "/apis/policy/v1/namespaces/%s/poddisruptionbudgets",
+	"Deployment":               "/apis/apps/v1/namespaces/%s/deployments",
 }
 
 // CollectionPath returns the path objects of kind are created under.

@@ -120,6 +120,7 @@ func forwardWhenUp(t *testing.T, link, addr, target string) *forwarder {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var ln net.Listener
+	open := map[net.Conn]bool{} // closed when the test ends: a machine still up must not hold the teardown
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -144,10 +145,13 @@ func forwardWhenUp(t *testing.T, link, addr, target string) *forwarder {
 				return
 			}
 			f.conns.Add(1)
+			mu.Lock()
+			open[c] = true
+			mu.Unlock()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				defer c.Close()
+				defer func() { mu.Lock(); delete(open, c); mu.Unlock(); c.Close() }()
 				u, err := net.Dial("tcp", target)
 				if err != nil {
 					return
@@ -163,6 +167,9 @@ func forwardWhenUp(t *testing.T, link, addr, target string) *forwarder {
 		mu.Lock()
 		if ln != nil {
 			ln.Close()
+		}
+		for c := range open {
+			c.Close()
 		}
 		mu.Unlock()
 		wg.Wait()
