@@ -157,3 +157,21 @@ func mergeExtended(a, b map[string]int64, sign int64) map[string]int64 {
 	}
 	return out
 }
+
+// WorkShare is the largest share of c's CPU, memory or GPUs that r asks
+// for, at most 1, and 1 when c has none of a dimension r asks for: how much
+// of a node of capacity c work requesting r occupies (work hours weighted
+// by it).
+func WorkShare(r, c Resources) float64 {
+	share := 0.0
+	for _, d := range [][2]int64{{r.MilliCPU, c.MilliCPU}, {r.Memory, c.Memory}, {r.GPUs, c.GPUs}} {
+		switch {
+		case d[0] <= 0:
+		case d[1] <= 0:
+			return 1
+		default:
+			share = max(share, float64(d[0])/float64(d[1]))
+		}
+	}
+	return min(share, 1)
+}

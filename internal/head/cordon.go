@@ -160,7 +160,7 @@ func (w workload) Inspect(ctx context.Context, nodes []controller.Node) (map[str
 		if !ci.Daemon {
 			info.Used = info.Used.Add(in.Requests)
 			if !in.AssignedAt.IsZero() {
-				info.WorkHours += w.h.clk.Now().Sub(in.AssignedAt).Hours() * shareOf(in.Requests, capOf[in.AssignedWorker])
+				info.WorkHours += w.h.clk.Now().Sub(in.AssignedAt).Hours() * capacity.WorkShare(in.Requests, capOf[in.AssignedWorker])
 			}
 		}
 		out[in.AssignedWorker] = info
@@ -189,19 +189,3 @@ func (w workload) Evacuate(ctx context.Context, n controller.Node) error {
 }
 
 var _ controller.Evacuator = workload{}
-
-// shareOf is the largest share of c's cpu, memory or GPUs that r asks for
-// (1 when c has none of what r asks for).
-func shareOf(r, c capacity.Resources) float64 {
-	share := 0.0
-	for _, d := range [][2]int64{{r.MilliCPU, c.MilliCPU}, {r.Memory, c.Memory}, {r.GPUs, c.GPUs}} {
-		switch {
-		case d[0] <= 0:
-		case d[1] <= 0:
-			return 1
-		default:
-			share = max(share, float64(d[0])/float64(d[1]))
-		}
-	}
-	return min(share, 1)
-}

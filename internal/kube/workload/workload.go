@@ -199,7 +199,7 @@ func (w *Workload) Inspect(ctx context.Context, nodes []controller.Node) (map[st
 			req := demand.Requests(p)
 			info.Used = info.Used.Add(req)
 			if p.Status.StartTime != nil {
-				info.WorkHours += time.Since(p.Status.StartTime.Time).Hours() * share(req, alloc)
+				info.WorkHours += time.Since(p.Status.StartTime.Time).Hours() * capacity.WorkShare(req, alloc)
 			}
 		}
 		for _, b := range drain.Compute(name, pp, nil).Blocked {
@@ -211,22 +211,6 @@ func (w *Workload) Inspect(ctx context.Context, nodes []controller.Node) (map[st
 		out[n.MachineID] = info
 	}
 	return out, nil
-}
-
-// share is the largest share of c's cpu, memory or GPUs that r asks for
-// (1 when c has none of what r asks for).
-func share(r, c capacity.Resources) float64 {
-	out := 0.0
-	for _, d := range [][2]int64{{r.MilliCPU, c.MilliCPU}, {r.Memory, c.Memory}, {r.GPUs, c.GPUs}} {
-		switch {
-		case d[0] <= 0:
-		case d[1] <= 0:
-			return 1
-		default:
-			out = max(out, float64(d[0])/float64(d[1]))
-		}
-	}
-	return min(out, 1)
 }
 
 // unhealthy says why node is unhealthy ("" when it is not).
