@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -317,4 +318,130 @@ func TestGangFailsWholeWithoutNodes(t *testing.T) {
 		t.Fatalf("started: %v", lines)
 	}
 	t.Logf("desired node counts seen: %v", desired)
+}
+
+// TestGangFailsWholeWhenTheProviderIsSlow: a pool whose machines boot in
+// 30 s (the local provider's start_delay) buys the two nodes of a gang of
+// two one-core instances with a max_wait of 3 s, in one purchase. The
+// machines are still booting when the max_wait passes: the gang fails
+// whole with the reason, and then every machine bought for it is released
+// (the booting ones cancelled: no worker ever registers, and the provider
+// is left with no machine but tombstones, the pool's min being 0) well
+// before they would have joined. No member ever runs.
+func TestGangFailsWholeWhenTheProviderIsSlow(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "pools.yaml")
+	if err := os.WriteFile(conf, []byte(`pools:
+  - name: slow
+    provider: {type: local, options: {start_delay: 30s}}
+    nodes: [0, 4]
+    offerings:
+      - {type: local-1cpu, cpu: 1, memory: 256Mi, price: 1}
+    scaling: {policy: tide, idle_timeout: 2s, batch_window: 200ms, reconcile_interval: 250ms}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl := newCluster(t)
+	cl.headArgs = []string{"--config", conf}
+	cl.startHead()
+	ctx := context.Background()
+	pool := func() httpapi.PoolJSON {
+		ps, err := cl.c.Pools(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps {
+			if p.Name == "slow" {
+				return p
+			}
+		}
+		t.Fatal("pool slow not listed")
+		return httpapi.PoolJSON{}
+	}
+	// Every poll: no member ever placed, no worker ever registered.
+	noRun := func(ids []string) {
+		for _, id := range ids {
+			switch in := cl.get(id); in.Status {
+			case "PENDING", "FAILED":
+			default:
+				t.Fatalf("gang member %s is %s", id, in.Status)
+			}
+		}
+		ws, err := cl.c.Workers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) > 0 {
+			t.Fatalf("a machine bought for the gang joined as worker %s (%s): it should have been cancelled while booting", ws[0].WorkerID, ws[0].Status)
+		}
+	}
+	out := filepath.Join(cl.dir, "gangs.txt")
+	start := time.Now()
+	ids := cl.submitGang(gangSpec{cmd: fmt.Sprintf(gangCmd, out, "1"), cpu: 1, replicas: 2, pool: "slow",
+		gang: &httpapi.GangRequest{Name: "slowgang", MaxWait: "3s"}})
+	var desired []int
+	seen := func() {
+		if d := pool().Desired; len(desired) == 0 || desired[len(desired)-1] != d {
+			desired = append(desired, d)
+		}
+	}
+	cl.waitFor(20*time.Second, "the gang to fail", func() (bool, string) {
+		seen()
+		noRun(ids)
+		failed := 0
+		for _, id := range ids {
+			if in := cl.get(id); in.Status == "FAILED" {
+				failed++
+				if r := fmt.Sprint(deref(in.FailureReason)); !strings.Contains(r, "gang slowgang (2 instances) not placed within 3s") {
+					t.Fatalf("reason %q", r)
+				}
+			}
+		}
+		return failed == 2, fmt.Sprintf("%d of 2 failed, desired so far %v", failed, desired)
+	})
+	if !slices.Contains(desired, 2) {
+		t.Fatalf("desired node counts %v: the gang's 2 nodes were never bought", desired)
+	}
+	failedAfter := time.Since(start)
+	machines := filepath.Join(cl.headDir, "machines", "slow", "machines")
+	var live []string
+	cl.waitFor(20*time.Second, "every machine bought for the gang to be released", func() (bool, string) {
+		seen()
+		noRun(ids)
+		p := pool()
+		nodes, err := cl.c.Nodes(ctx, &p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = live[:0]
+		recs, _ := filepath.Glob(filepath.Join(machines, "*", "machine.json"))
+		for _, r := range recs {
+			b, err := os.ReadFile(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rec struct {
+				Deleted bool `json:"deleted"`
+			}
+			if err := json.Unmarshal(b, &rec); err != nil {
+				t.Fatalf("%s: %v", r, err)
+			}
+			if !rec.Deleted {
+				live = append(live, filepath.Base(filepath.Dir(r)))
+			}
+		}
+		return p.Desired == 0 && p.Ready+p.Pending+p.Draining == 0 && len(nodes) == 0 && len(live) == 0 && len(recs) >= 2,
+			fmt.Sprintf("desired %d, ready %d, pending %d, draining %d, %d nodes, machines %v of %d records",
+				p.Desired, p.Ready, p.Pending, p.Draining, len(nodes), live, len(recs))
+	})
+	released := time.Since(start)
+	if released >= 30*time.Second {
+		t.Fatalf("released after %s, past the machines' 30s boot: not cancelled while booting", released)
+	}
+	noRun(ids)
+	if b, err := os.ReadFile(out); err == nil && len(b) > 0 {
+		t.Fatalf("a gang member ran: %s", b)
+	}
+	t.Logf("desired node counts %v; gang failed after %s, its machines released after %s", desired,
+		failedAfter.Round(time.Millisecond), released.Round(time.Millisecond))
 }
