@@ -41,11 +41,27 @@ func gangPlans(cfg policy.Config, in policy.Input, d policy.Decision, desired in
 	for _, p := range backlog {
 		kept[p.Gang] = true
 	}
+	// Within the max, a gang left out of the backlog was left out by the
+	// pool's limits.
+	var withinMax map[string]bool
+	if !cfg.Limits.IsZero() {
+		withinMax = map[string]bool{}
+		for _, p := range policy.Backlog(cfg, in) {
+			withinMax[p.Gang] = true
+		}
+	}
 	for i := range out {
 		g := &out[i]
 		switch {
 		case cfg.ExpendableBelow != nil && g.Priority < *cfg.ExpendableBelow:
 			g.Why = fmt.Sprintf("priority %d is below the pool's expendable_below %d: never scales up", g.Priority, *cfg.ExpendableBelow)
+		case !kept[g.Gang] && withinMax[g.Gang]:
+			group := capacity.Pending{Requests: g.Requests, Count: g.Instances, Priority: g.Priority, Gang: g.Gang}
+			if never := policy.GangNeverFits(cfg, in.Now, in.State, group); never != "" {
+				g.Why = "can never fit within the pool's limits, not even in an empty pool: " + never
+			} else {
+				g.Why = "does not fit within the pool's limits after work of higher priority"
+			}
 		case !kept[g.Gang]:
 			g.Why = fmt.Sprintf("does not fit the room the pool's max (%d nodes) leaves after work of higher priority", cfg.Nodes.Max)
 		case d.Desired <= desired:

@@ -1,9 +1,13 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
 )
@@ -111,26 +115,61 @@ const CodeAtLimit = "at-limit"
 // New nodes are taken launch by launch, each counted at the most its
 // offering or any of its fallbacks could add, until the next would cross
 // a limit; the reason then names the limit and the figures.
+//
+// A gang is bought whole or not at all under the limits too: when the
+// backlog holds a gang and the purchase would be cut, the policy decides
+// again on the longest run of the backlog by priority (highest first, the
+// report's order within one) whose purchase fits within the limits whole,
+// plus as many instances of the next group as fit when that group is no
+// gang, as the pool's max does (prioritized.withinMax). A gang that
+// crosses a limit even in an empty pool is left out of that run (it can
+// never be bought for, so it holds up no work of lower priority). Gangs
+// left out wait whole; the reason names those that can never fit and the
+// first that waits for room.
 func (p *limited) Decide(in Input) Decision {
 	d := p.Policy.Decide(in)
-	add := d.Desired - in.Desired
-	if add <= 0 {
+	c := p.cut(&in, &d)
+	if c.why == "" {
 		return d
 	}
-	held := p.held(&in)
+	backlog := d.Backlog
+	if backlog == nil {
+		backlog = in.Pressure.Pending
+	}
+	if c.took < c.add && slices.ContainsFunc(backlog, func(g capacity.Pending) bool { return g.Gang != "" }) {
+		return p.gangsWhole(in, backlog, c.why)
+	}
+	return p.apply(&in, d, c)
+}
+
+// limitCut is what the limits leave of a decision's scale-up.
+type limitCut struct {
+	add, took int
+	kept      []capacity.Launch
+	// why names the limit the next node would cross ("" when the whole
+	// scale-up fits).
+	why string
+}
+
+// cut takes the new nodes of d launch by launch until the next would cross
+// a limit.
+func (p *limited) cut(in *Input, d *Decision) limitCut {
+	c := limitCut{add: d.Desired - in.Desired}
+	if c.add <= 0 {
+		return c
+	}
+	held := p.held(in)
 	launches := d.Launch
 	if len(launches) == 0 && len(p.cfg.Offerings) > 0 {
 		// No purchase: the controller tries every offering, cheapest first.
-		launches = []capacity.Launch{{Offering: p.cfg.Offerings[0].Name(), Fallback: p.names(), Count: add}}
+		launches = []capacity.Launch{{Offering: p.cfg.Offerings[0].Name(), Fallback: p.names(), Count: c.add}}
 	}
-	var kept []capacity.Launch
-	took, cut := 0, ""
 	for _, l := range launches {
 		res, cost := p.most(append([]string{l.Offering}, l.Fallback...))
 		n := 0
-		for ; n < l.Count && took+n < add; n++ {
+		for ; n < l.Count && c.took+n < c.add; n++ {
 			if why := p.crosses(held, res, cost); why != "" {
-				cut = why
+				c.why = why
 				break
 			}
 			held.Resources = held.Resources.Add(res)
@@ -138,34 +177,125 @@ func (p *limited) Decide(in Input) Decision {
 		}
 		if n > 0 {
 			l.Count = n
-			kept = append(kept, l)
+			c.kept = append(c.kept, l)
 		}
-		took += n
-		if cut != "" || took == add {
+		c.took += n
+		if c.why != "" || c.took == c.add {
 			break
 		}
 	}
-	if cut == "" {
-		return d
-	}
-	desired := max(in.Desired+took, p.cfg.Nodes.Min)
+	return c
+}
+
+// apply cuts d to c: the launches kept, the desired count they make.
+func (p *limited) apply(in *Input, d Decision, c limitCut) Decision {
+	desired := max(in.Desired+c.took, p.cfg.Nodes.Min)
 	if len(d.Launch) > 0 {
-		d.Launch = kept
+		d.Launch = c.kept
 	}
-	if d.Tide != nil && took < add {
+	if d.Tide != nil && c.took < c.add {
 		t := *d.Tide
 		t.Mix, t.Cost, t.Nodes, t.HasBound, t.Bound, t.Gap = nil, 0, 0, false, 0, 0
-		for _, l := range kept {
+		for _, l := range c.kept {
 			t.Mix = append(t.Mix, OfferingCount{Offering: l.Offering, Count: l.Count})
 			t.Cost += p.offering(l.Offering).EffectiveCost() * float64(l.Count)
 			t.Nodes += l.Count
 		}
 		d.Tide = &t
 	}
-	msg := fmt.Sprintf("%s; %d of %d new nodes bought (%s)", cut, took, add, d.Reason.String())
+	msg := fmt.Sprintf("%s; %d of %d new nodes bought (%s)", c.why, c.took, c.add, d.Reason.String())
 	d.Reason = Reason{Code: CodeAtLimit, Format: strings.ReplaceAll(msg, "%", "%%")}
 	d.Desired = desired
 	return d
+}
+
+// gangsWhole decides on the longest run of backlog, by priority, whose
+// purchase fits within the limits whole, plus what fits of the next group
+// when it is no gang; gangs that cross a limit even in an empty pool are
+// left out first. why is the limit the whole backlog's purchase crossed.
+func (p *limited) gangsWhole(in Input, backlog []capacity.Pending, why string) Decision {
+	order := make([]capacity.Pending, 0, len(backlog))
+	var never []string
+	for _, g := range backlog {
+		if g.Gang != "" {
+			// A gang that crosses a limit in an empty pool is never bought
+			// for: it holds up no other work.
+			if w := p.alone(in, g); w != "" {
+				never = append(never, fmt.Sprintf("gang %s (%d instances) can never fit, not even in an empty pool: %s", g.Gang, g.Count, w))
+				continue
+			}
+		}
+		order = append(order, g)
+	}
+	slices.SortStableFunc(order, func(a, b capacity.Pending) int { return cmp.Compare(b.Priority, a.Priority) })
+	decide := func(pend []capacity.Pending) (Decision, bool) {
+		sub := in
+		sub.Pressure.Pending = pend
+		d := p.Policy.Decide(sub)
+		return d, p.cut(&sub, &d).why == ""
+	}
+	// k is the longest run that fits.
+	k := sort.Search(len(order), func(i int) bool { _, ok := decide(order[:i+1]); return !ok })
+	run, part := order[:k:k], 0
+	if k < len(order) && order[k].Gang == "" {
+		// The most instances of the plain group that fit beside the run.
+		g := order[k]
+		part = sort.Search(g.Count, func(n int) bool {
+			g.Count = n + 1
+			_, ok := decide(append(run, g))
+			return !ok
+		})
+		if part > 0 {
+			g.Count = part
+			run = append(run, g)
+		}
+	}
+	d, _ := decide(run)
+	d.Backlog = run
+	parts := []string{why}
+	parts = append(parts, never...)
+	for _, g := range order[k:] {
+		if g.Gang != "" {
+			parts = append(parts, fmt.Sprintf("gang %s (%d instances) waits whole: its nodes would cross the limit after work of higher priority",
+				g.Gang, g.Count))
+			break
+		}
+	}
+	if k < len(order) && order[k].Gang == "" {
+		parts = append(parts, fmt.Sprintf("%d of %d instances of the next group bought for", part, order[k].Count))
+	}
+	msg := strings.Join(parts, "; ") + " (" + d.Reason.String() + ")"
+	d.Reason = Reason{Code: CodeAtLimit, Format: strings.ReplaceAll(msg, "%", "%%")}
+	return d
+}
+
+// GangNeverFits says which of cfg's limits (cfg validated) the purchase for
+// gang g would cross in a pool that holds nothing but its min nodes, at
+// now with the policy state st: such a gang is never bought for. "" when
+// it fits there or cfg sets no limit. tide decide reports it.
+func GangNeverFits(cfg Config, now time.Time, st State, g capacity.Pending) string {
+	p, err := New(cfg)
+	if err != nil {
+		return ""
+	}
+	l, ok := p.(*limited)
+	if !ok {
+		return ""
+	}
+	return l.alone(Input{Now: now, State: st}, g)
+}
+
+// alone says which limit gang g's purchase crosses in a pool that holds
+// nothing (its min nodes aside), "" when it fits there: a gang for which
+// it is not "" can never be bought for under the limits.
+func (p *limited) alone(in Input, g capacity.Pending) string {
+	empty := Input{Now: in.Now, State: in.State, Desired: p.cfg.Nodes.Min, Held: &Held{},
+		Pressure: capacity.Pressure{Pending: []capacity.Pending{g}}}
+	if p.cfg.Nodes.Min > 0 {
+		empty.Held = nil // the min nodes, counted at the dearest offering
+	}
+	d := p.Policy.Decide(empty)
+	return p.cut(&empty, &d).why
 }
 
 // held is what the pool holds before the decision, counted as Decide says.
