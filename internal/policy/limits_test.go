@@ -70,8 +70,8 @@ func TestLimitsCutThePurchase(t *testing.T) {
 	}
 }
 
-// TestLimitsNeverCrossed: whatever the backlog and the held machines, a
-// decision's new nodes, each counted at the most its launch could add,
+// TestLimitsNeverCrossed: whatever the backlog (a gang in it) and the held
+// machines, a decision's new nodes, each counted at the most its launch could add,
 // keep the pool within every limit it was within.
 func TestLimitsNeverCrossed(t *testing.T) {
 	g8 := tideGPU
@@ -86,7 +86,8 @@ func TestLimitsNeverCrossed(t *testing.T) {
 			for held := 0; held <= 2; held++ { // within the limits
 				h := &Held{Nodes: held, Resources: g8.Resources.Scale(int64(held)), CostPerHour: g8.PricePerHour * float64(held)}
 				in := Input{Now: tideT0, State: waited, Desired: held, Held: h, Pressure: capacity.Pressure{Pending: []capacity.Pending{
-					{Requests: tideTask, Count: q}, {Requests: capacity.Resources{MilliCPU: 3000, Memory: 16 * ttGi, GPUs: 1}, Count: q / 5}}}}
+					{Requests: tideTask, Count: q}, {Requests: capacity.Resources{MilliCPU: 3000, Memory: 16 * ttGi, GPUs: 1}, Count: q / 5},
+					{Requests: capacity.Resources{MilliCPU: 4000, Memory: 16 * ttGi, GPUs: 4}, Count: 1 + q/50, Gang: "g", Priority: q % 3}}}}
 				d := p.Decide(in)
 				r, cost := h.Resources, h.CostPerHour
 				ls := d.Launch
