@@ -28,6 +28,9 @@ type gangSpec struct {
 	restartable bool
 	labels      map[string]string
 	pool        string
+	// restartPolicy and maxRestarts, when set, are the instances'.
+	restartPolicy string
+	maxRestarts   int
 }
 
 func (cl *cluster) submitGang(s gangSpec) []string {
@@ -51,6 +54,9 @@ func submitTo(t *testing.T, c *client.Client, s gangSpec) []string {
 	}
 	if s.pool != "" {
 		req.Pool = &s.pool
+	}
+	if s.restartPolicy != "" {
+		req.RestartPolicy, req.MaxRestarts = &s.restartPolicy, &s.maxRestarts
 	}
 	res, err := c.Submit(context.Background(), req)
 	if err != nil {
@@ -444,4 +450,86 @@ func TestGangFailsWholeWhenTheProviderIsSlow(t *testing.T) {
 	}
 	t.Logf("desired node counts %v; gang failed after %s, its machines released after %s", desired,
 		failedAfter.Round(time.Millisecond), released.Round(time.Millisecond))
+}
+
+// TestGangRestartsWholeOnRealWorkers: a restartable gang of two runs on two
+// worker processes, with the restart policy on-failure; rank 1's process
+// fails on its first attempt. The head restarts the gang whole: rank 0's
+// running process is stopped too (SIGTERM), and both ranks start again
+// together on their second attempt, with every rank's host; no process of
+// the second attempt starts before both of the first have ended. An event
+// GangRestart says why, and the gang completes.
+func TestGangRestartsWholeOnRealWorkers(t *testing.T) {
+	cl := newCluster(t)
+	cl.startHead()
+	cl.startWorker("rw1", freePort(t)+1000)
+	cl.startWorker("rw2", freePort(t)+2000)
+	out := filepath.Join(cl.dir, "restart.txt")
+	flag := filepath.Join(cl.dir, "failed-once")
+	cmd := fmt.Sprintf(`echo "start $TIDE_GANG_RANK $TIDE_GANG_HOSTS" >> %[1]s
+trap 'echo "stop $TIDE_GANG_RANK" >> %[1]s; exit 143' TERM
+if [ "$TIDE_GANG_RANK" = 1 ] && mkdir %[2]s 2>/dev/null; then sleep 1; echo "stop 1" >> %[1]s; exit 1; fi
+sleep 4 & wait $!
+echo "done $TIDE_GANG_RANK" >> %[1]s`, out, flag)
+	ids := cl.submitGang(gangSpec{cmd: cmd, cpu: 4, replicas: 2, gang: &httpapi.GangRequest{Name: "rg"}, restartable: true,
+		restartPolicy: "on-failure", maxRestarts: 2})
+	cl.waitFor(90*time.Second, "the gang to complete after one restart", func() (bool, string) {
+		done := 0
+		var st []string
+		for _, id := range ids {
+			in := cl.get(id)
+			st = append(st, fmt.Sprintf("%s/%d", in.Status, in.Attempt))
+			switch in.Status {
+			case "COMPLETED":
+				done++
+			case "FAILED", "CANCELLED":
+				t.Fatalf("member %s: %s (%v)", id, in.Status, deref(in.FailureReason))
+			}
+		}
+		return done == 2, strings.Join(st, " ")
+	})
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	// start 0/1, stop 1 (its failure), stop 0 (stopped for the restart),
+	// then start 0/1 again and done 0/1; the first two and the last four
+	// in either order within their kind.
+	count := map[string]int{}
+	var order []string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		count[f[0]]++
+		order = append(order, f[0])
+		if f[0] == "start" && (len(f) != 3 || len(strings.Split(f[2], ",")) != 2 || strings.Contains(f[2], ",,") ||
+			strings.HasPrefix(f[2], ",") || strings.HasSuffix(f[2], ",")) {
+			t.Fatalf("line %q: want both ranks' hosts", l)
+		}
+	}
+	if count["start"] != 4 || count["stop"] != 2 || count["done"] != 2 {
+		t.Fatalf("lines %q: want 4 starts, 2 stops (rank 1 failing, rank 0 stopped for the restart) and 2 completions", lines)
+	}
+	if i := slices.Index(order, "stop"); i != 2 || order[3] != "stop" {
+		t.Fatalf("lines %q: a process of the second attempt started before both of the first ended", lines)
+	}
+	for _, id := range ids {
+		if in := cl.get(id); in.Attempt != 2 {
+			t.Fatalf("member %s completed on attempt %d, want 2", id, in.Attempt)
+		}
+	}
+	evs, err := cl.c.Events(context.Background(), client.EventOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarts := 0
+	for _, e := range evs {
+		if e.Reason == "GangRestart" && strings.Contains(e.Message, "gang rg: rank 1") {
+			restarts++
+		}
+	}
+	if restarts != 1 {
+		t.Fatalf("%d GangRestart events, want 1", restarts)
+	}
+	t.Logf("lines: %q", lines)
 }
