@@ -56,15 +56,12 @@ type startedGang struct {
 }
 
 // mendGangs applies the gang rule above to the started gangs of st before
-// a scheduling pass. It reports whether it changed the store (the pass
-// then reads the state again).
+// a scheduling pass: those with a member placed, and those whose members
+// wait again after an attempt. It reports whether it changed the store
+// (the pass then reads the state again).
 func (h *Head) mendGangs(ctx context.Context, st *store.SchedulingState, now time.Time) (bool, error) {
 	var gangs map[string]*startedGang
-	for i := range st.Active {
-		si := &st.Active[i]
-		if si.GangID == "" {
-			continue
-		}
+	gangOf := func(si *store.SchedInstance) *startedGang {
 		if gangs == nil {
 			gangs = map[string]*startedGang{}
 		}
@@ -73,32 +70,37 @@ func (h *Head) mendGangs(ctx context.Context, st *store.SchedulingState, now tim
 			g = &startedGang{id: si.GangID, name: si.GangName, size: si.GangSize, pool: si.Pool}
 			gangs[si.GangID] = g
 		}
-		if si.Status == store.StatusUnknown {
-			g.unknown = append(g.unknown, si)
-		} else {
-			g.placed = append(g.placed, si)
+		return g
+	}
+	for i := range st.Active {
+		if si := &st.Active[i]; si.GangID != "" {
+			g := gangOf(si)
+			if si.Status == store.StatusUnknown {
+				g.unknown = append(g.unknown, si)
+			} else {
+				g.placed = append(g.placed, si)
+			}
+		}
+	}
+	for i := range st.Pending {
+		si := &st.Pending[i]
+		switch {
+		case si.GangID == "":
+		case si.Attempt > 0:
+			g := gangOf(si)
+			g.requeued = append(g.requeued, si)
+		case gangs[si.GangID] != nil:
+			g := gangs[si.GangID]
+			g.fresh = append(g.fresh, si)
 		}
 	}
 	h.mu.Lock()
 	for id := range h.gangsSeen {
 		if gangs[id] == nil {
-			delete(h.gangsSeen, id) // no member placed any more
+			delete(h.gangsSeen, id) // no member placed or waiting again
 		}
 	}
 	h.mu.Unlock()
-	if gangs == nil {
-		return false, nil
-	}
-	for i := range st.Pending {
-		si := &st.Pending[i]
-		if g := gangs[si.GangID]; g != nil {
-			if si.Attempt > 0 {
-				g.requeued = append(g.requeued, si)
-			} else {
-				g.fresh = append(g.fresh, si)
-			}
-		}
-	}
 	changed := false
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(gangs)) {
@@ -118,31 +120,21 @@ func (h *Head) mendGangs(ctx context.Context, st *store.SchedulingState, now tim
 // mendGang restarts or fails one started gang when a member ended its
 // attempt; it reports whether it changed the store.
 func (h *Head) mendGang(ctx context.Context, g *startedGang, now time.Time) (bool, error) {
-	if len(g.placed) == 0 {
-		return false, nil // only UNKNOWN members: wait for their workers
-	}
-	present := len(g.placed) + len(g.unknown) + len(g.fresh)
 	h.mu.Lock()
-	seen, ok := h.gangsSeen[g.id]
+	seen, looked := h.gangsSeen[g.id]
 	h.mu.Unlock()
-	if ok && seen.failed {
+	if looked && seen.failed {
 		return false, nil // failed whole: its members are being stopped
 	}
+	if len(g.placed) == 0 && len(g.unknown) > 0 {
+		return false, nil // wait for the workers of the UNKNOWN members
+	}
+	present := len(g.placed) + len(g.unknown) + len(g.requeued) + len(g.fresh)
 	var cause *store.Instance
 	ended := false // a member ended for good
-	if len(g.requeued) > 0 {
-		slices.SortFunc(g.requeued, func(a, b *store.SchedInstance) int { return a.GangRank - b.GangRank })
-		in, err := h.st.GetInstance(ctx, g.requeued[0].ID)
-		if err != nil {
-			return false, err
-		}
-		cause = in
-	} else {
-		// Members missing from the state ended. Look them up when their
-		// number changed since the gang was last looked at.
-		if present >= g.size || ok && seen.present == present {
-			return false, nil
-		}
+	if present < g.size && (!looked || seen.present != present) {
+		// Members missing from the state ended: look them up (again only
+		// once their number changes).
 		members, err := h.st.ListInstances(ctx, store.Filter{Gang: g.id})
 		if err != nil {
 			return false, err
@@ -154,8 +146,18 @@ func (h *Head) mendGang(ctx context.Context, g *startedGang, now time.Time) (boo
 		}
 		if cause == nil {
 			h.sawGang(g.id, gangSeen{present: present}) // completed members: nothing to do
-			return false, nil
 		}
+	}
+	if cause == nil {
+		if len(g.requeued) == 0 || len(g.placed) == 0 {
+			return false, nil // running whole, or waiting whole to start again
+		}
+		slices.SortFunc(g.requeued, func(a, b *store.SchedInstance) int { return a.GangRank - b.GangRank })
+		in, err := h.st.GetInstance(ctx, g.requeued[0].ID)
+		if err != nil {
+			return false, err
+		}
+		cause = in
 	}
 	how := strings.ToLower(string(cause.Status))
 	if cause.FailureReason != "" {
@@ -201,7 +203,7 @@ func (h *Head) mendGang(ctx context.Context, g *startedGang, now time.Time) (boo
 	}
 	h.sawGang(g.id, gangSeen{present: present, failed: true})
 	var cancelled []string
-	for _, si := range g.placed {
+	for _, si := range append(g.placed, g.unknown...) {
 		res, err := h.st.RequestCancel(ctx, si.ID, h.cfg.DefaultGracePeriod, now)
 		if err != nil {
 			return true, err

@@ -185,3 +185,37 @@ func TestBrokenGangFailsWhole(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartingGangFailsWholeWhenAMemberEnds: a restartable gang waits
+// whole to start again (one member was preempted, the other stopped with
+// it); a member cancelled meanwhile means the gang can never be whole
+// again: the other fails with GANG_BROKEN instead of starting alone.
+func TestRestartingGangFailsWholeWhenAMemberEnds(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.PreemptGrace = time.Second })
+	e.register("w1", 2)
+	e.register("w22", 2)
+	g := e.submitAll(obj{"command": "x", "replicas": 2, "gang": obj{"name": "train"}, "restartable": true,
+		"resource_requirements": obj{"gpu_units": 2}})
+	if n := e.schedule(); n != 2 {
+		t.Fatalf("placed %d of the gang", n)
+	}
+	e.submit(obj{"command": "x", "priority": 10, "resource_requirements": obj{"gpu_units": 2}})
+	for range 4 {
+		e.schedule()
+		e.clk.Advance(600 * time.Millisecond)
+	}
+	if by := e.noPartialGang(g); by["PENDING"] != 2 {
+		t.Fatalf("gang %v, want it waiting whole", by)
+	}
+	e.do("POST", "/instances/"+g[1]+"/cancel", nil, nil)
+	e.schedule()
+	e.schedule()
+	in := e.instance(g[0])
+	if in.Status != "FAILED" || in.FailureReason == nil ||
+		!strings.HasPrefix(*in.FailureReason, ReasonGangBroken+": gang train: rank 1 (instance "+g[1]+") is cancelled") {
+		t.Fatalf("rank 0: %s %v", in.Status, in.FailureReason)
+	}
+	if evs := e.eventsOf(ReasonGangFailed); len(evs) != 1 {
+		t.Fatalf("GangFailed events %q", evs)
+	}
+}
