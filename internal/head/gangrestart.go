@@ -23,11 +23,13 @@ import (
 // TIDE_GANG_HOSTS for every rank. A gang may restart when its members are
 // restartable (the flag that lets tide stop one and start it again
 // elsewhere). Otherwise, and whenever a member ended for good (FAILED or
-// CANCELLED, so the gang can never be whole again), the gang fails whole:
-// its waiting members fail with the reason (GANG_BROKEN) and its running
-// ones are cancelled (event GangFailed). Members that COMPLETED are left
-// alone and are not run again. A member whose worker is only unreachable
-// (UNKNOWN) is waited for.
+// CANCELLED, so the gang can never be whole again; also while the gang
+// waits whole to start again), the gang fails whole: its waiting members
+// fail with the reason (GANG_BROKEN) and its running ones are cancelled
+// (event GangFailed). Members that COMPLETED are left alone and are not run
+// again. A member whose worker is only unreachable (UNKNOWN) is waited for.
+// A restarted gang waits for placement like a new one: its max_wait counts
+// from the restart.
 const (
 	// FailureGangRestart is the failure reason of a gang member's attempt
 	// ended because another member of its gang ended its own: the gang
