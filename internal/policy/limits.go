@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tide-project/tide/internal/binpack"
 	"github.com/tide-project/tide/internal/capacity"
 )
 
@@ -214,28 +215,39 @@ func (p *limited) apply(in *Input, d Decision, c limitCut) Decision {
 // when it is no gang; gangs that cross a limit even in an empty pool are
 // left out first. why is the limit the whole backlog's purchase crossed.
 func (p *limited) gangsWhole(in Input, backlog []capacity.Pending, why string) Decision {
-	order := make([]capacity.Pending, 0, len(backlog))
-	var never []string
-	for _, g := range backlog {
-		if g.Gang != "" {
-			// A gang that crosses a limit in an empty pool is never bought
-			// for: it holds up no other work.
-			if w := p.alone(in, g); w != "" {
-				never = append(never, fmt.Sprintf("gang %s (%d instances) can never fit, not even in an empty pool: %s", g.Gang, g.Count, w))
-				continue
-			}
-		}
-		order = append(order, g)
-	}
+	order := slices.Clone(backlog)
 	slices.SortStableFunc(order, func(a, b capacity.Pending) int { return cmp.Compare(b.Priority, a.Priority) })
+	inner := p.inner()
 	decide := func(pend []capacity.Pending) (Decision, bool) {
 		sub := in
 		sub.Pressure.Pending = pend
-		d := p.Policy.Decide(sub)
+		d := inner.Decide(sub)
 		return d, p.cut(&sub, &d).why == ""
 	}
-	// k is the longest run that fits.
-	k := sort.Search(len(order), func(i int) bool { _, ok := decide(order[:i+1]); return !ok })
+	// fits remembers its last fitting decision: the run's, most often.
+	var lastK = -1
+	var last Decision
+	fits := func(k int) bool {
+		d, ok := decide(order[:k])
+		if ok {
+			lastK, last = k, d
+		}
+		return ok
+	}
+	// k is the longest run that fits. A gang that stops it and crosses a
+	// limit even in an empty pool is never bought for: it is left out and
+	// holds up no other work.
+	var never []string
+	k := longestRun(0, p.guess(&in, order), len(order), fits)
+	for k < len(order) && order[k].Gang != "" {
+		w := p.alone(in, order[k])
+		if w == "" {
+			break
+		}
+		never = append(never, fmt.Sprintf("gang %s (%d instances) can never fit, not even in an empty pool: %s", order[k].Gang, order[k].Count, w))
+		order = slices.Delete(order, k, k+1)
+		k = longestRun(k, k, len(order), fits)
+	}
 	run, part := order[:k:k], 0
 	if k < len(order) && order[k].Gang == "" {
 		// The most instances of the plain group that fit beside the run.
@@ -250,7 +262,10 @@ func (p *limited) gangsWhole(in Input, backlog []capacity.Pending, why string) D
 			run = append(run, g)
 		}
 	}
-	d, _ := decide(run)
+	d := last
+	if part > 0 || lastK != k {
+		d, _ = decide(run)
+	}
 	d.Backlog = run
 	parts := []string{why}
 	parts = append(parts, never...)
@@ -285,6 +300,49 @@ func GangNeverFits(cfg Config, now time.Time, st State, g capacity.Pending) stri
 	return l.alone(Input{Now: now, State: st}, g)
 }
 
+// longestRun is the largest k in [lo, n] for which fits(k) holds, given
+// that fits(lo) does and that fits holds for a prefix of the ks: it checks
+// guess and the one after first (a good guess costs two calls), else it
+// searches the side the guess points to.
+func longestRun(lo, guess, n int, fits func(int) bool) int {
+	guess = min(max(guess, lo), n)
+	if guess > lo && !fits(guess) {
+		return lo + sort.Search(guess-lo-1, func(i int) bool { return !fits(lo + i + 1) })
+	}
+	if guess == n || !fits(guess+1) {
+		return guess
+	}
+	return guess + 1 + sort.Search(n-guess-1, func(i int) bool { return !fits(guess + i + 2) })
+}
+
+// guess is how many groups of order, from the first, fit within the
+// limits beside what the pool holds, each group counted on its own nodes
+// of the one offering that hosts it cheapest: a first guess for
+// longestRun (the packing shares nodes between groups, the guess does
+// not).
+func (p *limited) guess(in *Input, order []capacity.Pending) int {
+	held := p.held(in)
+	for k, g := range order {
+		best, bestCost := capacity.Resources{}, -1.0
+		for _, o := range p.cfg.Offerings {
+			if n, ok := binpack.NodesFor(g.Requests, g.Count, o.Resources); ok {
+				if c := o.PricePerHour * float64(n); bestCost < 0 || c < bestCost {
+					best, bestCost = o.Resources.Scale(int64(n)), c
+				}
+			}
+		}
+		if bestCost < 0 {
+			continue // fits no offering: buys nothing
+		}
+		if p.cfg.Limits.Crosses(held, best, bestCost) != "" {
+			return k
+		}
+		held.Resources = held.Resources.Add(best)
+		held.CostPerHour += bestCost
+	}
+	return len(order)
+}
+
 // alone says which limit gang g's purchase crosses in a pool that holds
 // nothing (its min nodes aside), "" when it fits there: a gang for which
 // it is not "" can never be bought for under the limits.
@@ -294,8 +352,19 @@ func (p *limited) alone(in Input, g capacity.Pending) string {
 	if p.cfg.Nodes.Min > 0 {
 		empty.Held = nil // the min nodes, counted at the dearest offering
 	}
-	d := p.Policy.Decide(empty)
+	d := p.inner().Decide(empty)
 	return p.cut(&empty, &d).why
+}
+
+// inner is the policy the limits wrap, below the priority filter: the
+// backlogs gangsWhole and alone decide on are within the pool's max
+// already (parts of the backlog the filter kept), so it need not search
+// them again.
+func (p *limited) inner() Policy {
+	if pr, ok := p.Policy.(*prioritized); ok {
+		return pr.Policy
+	}
+	return p.Policy
 }
 
 // held is what the pool holds before the decision, counted as Decide says.
