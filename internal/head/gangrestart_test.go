@@ -2,7 +2,9 @@ package head
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,5 +219,37 @@ func TestRestartingGangFailsWholeWhenAMemberEnds(t *testing.T) {
 	}
 	if evs := e.eventsOf(ReasonGangFailed); len(evs) != 1 {
 		t.Fatalf("GangFailed events %q", evs)
+	}
+}
+
+// TestWithdrawTellsThePools: waiting work given up on before it was placed
+// (a gang failed by its max_wait, a waiting instance cancelled) is reported
+// with its pool (Config.OnWithdraw), so that the pool's autoscaler cancels
+// nodes still booting for it; placed work ending is not.
+func TestWithdrawTellsThePools(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		pass []string
+	)
+	e := newEnv(t, func(c *Config) {
+		c.OnWithdraw = func(pools []string) { mu.Lock(); pass = append(pass, pools...); mu.Unlock() }
+	})
+	toldNow := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(pass) }
+	gpu := obj{"gpu_units": 1}
+	e.submitAll(obj{"command": "x", "pool": "gpu", "gang": obj{"name": "g", "size": 2, "max_wait": "1m"}, "replicas": 2,
+		"resource_requirements": gpu})
+	lone := e.submit(obj{"command": "x", "pool": "cpu", "resource_requirements": gpu})
+	e.schedule()
+	if told := toldNow(); len(told) != 0 {
+		t.Fatalf("told %v before anything was given up on", told)
+	}
+	e.clk.Advance(time.Minute)
+	e.schedule()
+	if told := toldNow(); len(told) != 1 || told[0] != "gpu" {
+		t.Fatalf("told %v, want the gang's pool once", told)
+	}
+	e.do("POST", "/instances/"+lone+"/cancel", nil, nil)
+	if told := toldNow(); len(told) != 2 || told[1] != "cpu" {
+		t.Fatalf("told %v, want the cancelled instance's pool", told)
 	}
 }
