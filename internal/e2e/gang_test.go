@@ -469,7 +469,8 @@ func TestGangRestartsWholeOnRealWorkers(t *testing.T) {
 	cmd := fmt.Sprintf(`echo "start $TIDE_GANG_RANK $TIDE_GANG_HOSTS" >> %[1]s
 trap 'echo "stop $TIDE_GANG_RANK" >> %[1]s; exit 143' TERM
 if [ "$TIDE_GANG_RANK" = 1 ] && mkdir %[2]s 2>/dev/null; then sleep 1; echo "stop 1" >> %[1]s; exit 1; fi
-sleep 4 & wait $!
+t=2; [ "$(grep -c "^start $TIDE_GANG_RANK " %[1]s)" = 1 ] && t=60 # the first attempt runs until the restart stops it
+sleep $t & wait $!
 echo "done $TIDE_GANG_RANK" >> %[1]s`, out, flag)
 	ids := cl.submitGang(gangSpec{cmd: cmd, cpu: 4, replicas: 2, gang: &httpapi.GangRequest{Name: "rg"}, restartable: true,
 		restartPolicy: "on-failure", maxRestarts: 2})
