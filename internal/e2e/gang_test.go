@@ -534,3 +534,62 @@ echo "done $TIDE_GANG_RANK" >> %[1]s`, out, flag)
 	}
 	t.Logf("lines: %q", lines)
 }
+
+// TestGangPreemptedWholeOnRealWorkers: a restartable gang of two fills two
+// worker processes of a pool that cannot grow; an instance of higher
+// priority preempts one member, and so the whole gang: after the grace
+// both members' processes are stopped and the gang waits whole while the
+// preemptor runs (never one member running alone), then runs again whole
+// once the preemptor is cancelled.
+func TestGangPreemptedWholeOnRealWorkers(t *testing.T) {
+	cl := newCluster(t)
+	cl.headArgs = []string{"--preempt-grace", "1s"}
+	cl.startHead()
+	cl.startWorker("pg1", freePort(t)+1000)
+	cl.startWorker("pg2", freePort(t)+2000)
+	out := filepath.Join(cl.dir, "preempt.txt")
+	cmd := fmt.Sprintf(`echo "start $TIDE_GANG_RANK $$" >> %[1]s; trap 'echo "stop $TIDE_GANG_RANK $$" >> %[1]s; exit 143' TERM; sleep 300 & wait $!`, out)
+	ids := cl.submitGang(gangSpec{cmd: cmd, cpu: 4, replicas: 2, gang: &httpapi.GangRequest{Name: "pg"}, restartable: true})
+	for _, id := range ids {
+		cl.waitStatus(id, "RUNNING", 30*time.Second)
+	}
+	hi := cl.submitGang(gangSpec{cmd: "exec sleep 300", cpu: 4, priority: 10})[0]
+	partial := func() {
+		by := map[string]int{}
+		for _, id := range ids {
+			by[cl.get(id).Status]++
+		}
+		if by["PENDING"] > 0 && by["ASSIGNED"]+by["RUNNING"] > 0 {
+			t.Fatalf("gang partly placed: %v", by)
+		}
+	}
+	cl.waitFor(30*time.Second, "the preemptor to run and the gang to wait whole", func() (bool, string) {
+		partial()
+		in := cl.get(hi)
+		a, b := cl.get(ids[0]), cl.get(ids[1])
+		return in.Status == "RUNNING" && a.Status == "PENDING" && b.Status == "PENDING",
+			fmt.Sprintf("hi %s, gang %s %s", in.Status, a.Status, b.Status)
+	})
+	cl.waitFor(20*time.Second, "both first attempts to be stopped", func() (bool, string) {
+		b, _ := os.ReadFile(out)
+		return strings.Count(string(b), "stop ") == 2, string(b)
+	})
+	for range 6 { // the gang keeps waiting whole while the preemptor runs
+		partial()
+		time.Sleep(500 * time.Millisecond)
+	}
+	cl.cancel(hi, time.Second)
+	cl.waitFor(30*time.Second, "the gang to run again whole", func() (bool, string) {
+		partial()
+		a, b := cl.get(ids[0]), cl.get(ids[1])
+		return a.Status == "RUNNING" && b.Status == "RUNNING" && a.Attempt == 2 && b.Attempt == 2,
+			fmt.Sprintf("%s/%d %s/%d", a.Status, a.Attempt, b.Status, b.Attempt)
+	})
+	b, _ := os.ReadFile(out)
+	if n := strings.Count(string(b), "start "); n != 4 {
+		t.Fatalf("%d starts, want 2 per attempt:\n%s", n, b)
+	}
+	for _, id := range ids {
+		cl.cancel(id, time.Second)
+	}
+}
