@@ -162,6 +162,9 @@ func (h *Head) mendGang(ctx context.Context, g *startedGang, now time.Time) (boo
 		cause = in
 	}
 	how := strings.ToLower(string(cause.Status))
+	if cause.Status == store.StatusPending {
+		how = "waiting again"
+	}
 	if cause.FailureReason != "" {
 		how += " (" + cause.FailureReason + ")"
 	}

@@ -78,7 +78,7 @@ func TestPreemptedGangMemberRestartsTheGangWhole(t *testing.T) {
 		t.Fatalf("failure reasons %v: want one %s and one %s", reasons, FailurePreempted, FailureGangRestart)
 	}
 	evs := e.eventsOf(ReasonGangRestart)
-	if len(evs) != 1 || !strings.Contains(evs[0], "gang train: rank") || !strings.Contains(evs[0], "pending (PREEMPTED) after the gang started: its 1 running members") {
+	if len(evs) != 1 || !strings.Contains(evs[0], "gang train: rank") || !strings.Contains(evs[0], "waiting again (PREEMPTED) after the gang started: its 1 running members") {
 		t.Fatalf("GangRestart events %q", evs)
 	}
 	if w := e.instance(g[0]).WaitingReason; !strings.Contains(w, "gang of 2") {
@@ -115,7 +115,7 @@ func TestBrokenGangFailsWhole(t *testing.T) {
 		event       string
 	}{
 		{name: "requeued by its restart policy, not restartable", policy: "on-failure", report: "FAILED",
-			want: map[string]int{"FAILED": 1, "CANCELLED": 2}, event: "is pending"},
+			want: map[string]int{"FAILED": 1, "CANCELLED": 2}, event: "is waiting again"},
 		{name: "failed for good, restartable", restartable: true, report: "FAILED",
 			want: map[string]int{"FAILED": 1, "CANCELLED": 2}, event: "is failed"},
 		{name: "requeued by its restart policy, restartable: restarted whole and placed again", restartable: true,
@@ -170,7 +170,7 @@ func TestBrokenGangFailsWhole(t *testing.T) {
 						t.Fatalf("member %s on attempt %d, want the gang restarted whole on attempt 2", id, in.Attempt)
 					}
 				}
-				if evs := e.eventsOf(ReasonGangRestart); len(evs) != 1 || !strings.Contains(evs[0], "rank 1 (instance "+g[1]+") is pending") {
+				if evs := e.eventsOf(ReasonGangRestart); len(evs) != 1 || !strings.Contains(evs[0], "rank 1 (instance "+g[1]+") is waiting again") {
 					t.Fatalf("GangRestart events %q", evs)
 				}
 			}
@@ -251,5 +251,49 @@ func TestWithdrawTellsThePools(t *testing.T) {
 	e.do("POST", "/instances/"+lone+"/cancel", nil, nil)
 	if told := toldNow(); len(told) != 2 || told[1] != "cpu" {
 		t.Fatalf("told %v, want the cancelled instance's pool", told)
+	}
+}
+
+// TestLostWorkerRestartsTheGangWhole: a restartable gang of two with the
+// restart policy always runs on two workers; one worker goes silent and is
+// marked OFFLINE, which requeues its member (held while the lost worker's
+// fence stops the old attempt). The other member is stopped and requeued
+// too, the gang waits whole through the hold, and then starts again whole
+// on the live worker and a new one, each member on its second attempt.
+func TestLostWorkerRestartsTheGangWhole(t *testing.T) {
+	e := newEnv(t, nil)
+	tok := map[string]string{"w1": e.register("w1", 1), "w22": e.register("w22", 1)}
+	g := e.submitAll(obj{"command": "x", "replicas": 2, "gang": obj{"name": "g"}, "restartable": true,
+		"restart_policy": "always", "resource_requirements": obj{"gpu_units": 1}})
+	if n := e.schedule(); n != 2 {
+		t.Fatalf("placed %d", n)
+	}
+	lost := *e.instance(g[0]).AssignedTo
+	live := map[string]string{"w1": "w22", "w22": "w1"}[lost]
+	for e.status(lost) != "OFFLINE" {
+		e.clk.Advance(5 * time.Second)
+		e.heartbeat(live, tok[live], -1)
+		e.checkLiveness()
+		e.schedule()
+		e.noPartialGang(g)
+	}
+	tok["w333"] = e.register("w333", 1)
+	for range 200 {
+		e.clk.Advance(5 * time.Second)
+		e.heartbeat(live, tok[live], -1)
+		e.heartbeat("w333", tok["w333"], -1)
+		e.checkLiveness()
+		e.schedule()
+		if by := e.noPartialGang(g); by["ASSIGNED"] == 2 {
+			break
+		}
+	}
+	for _, id := range g {
+		if in := e.instance(id); in.Status != "ASSIGNED" || in.Attempt != 2 || *in.AssignedTo == lost {
+			t.Fatalf("member %s: %s attempt %d on %v, want placed again whole on attempt 2 off %s", id, in.Status, in.Attempt, *in.AssignedTo, lost)
+		}
+	}
+	if evs := e.eventsOf(ReasonGangRestart); len(evs) != 1 || !strings.Contains(evs[0], "is waiting again after the gang started: its 1 running members") {
+		t.Fatalf("GangRestart events %q", evs)
 	}
 }
