@@ -10,7 +10,8 @@
 // The policy stays pure; this package owns the loop, the clock and the
 // bookkeeping a policy needs between calls (its State and the current
 // desired count), and it says why in an event whenever the decision, or the
-// reason for not deciding, changes. One goroutine (Run) owns the evaluation;
+// reason for not deciding, changes. Withdraw tells it that waiting work was
+// given up on, so that nodes still booting for it are cancelled. One goroutine (Run) owns the evaluation;
 // Observe is safe from any goroutine. Evaluate is the same pass, called
 // synchronously, for tests and the simulator.
 package autoscale
@@ -120,7 +121,8 @@ const CodeWithdrawn = "withdrawn"
 const withdrawWindow = 30 * time.Second
 
 // Withdraw says that waiting work of the pool was given up on before it
-// was placed (a gang, or an instance, failed by its max_wait): nodes the
+// was placed (a gang or an instance failed by its max_wait, or cancelled
+// while it waited): nodes the
 // policy bought for it may still be booting, and a policy keeps booting
 // nodes (it cannot tell them from nodes bought for work that landed
 // elsewhere in the meantime, which the next burst may need). On the first
