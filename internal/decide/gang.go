@@ -62,6 +62,8 @@ func gangPlans(cfg policy.Config, in policy.Input, d policy.Decision, desired in
 			} else {
 				g.Why = "does not fit within the pool's limits after work of higher priority"
 			}
+		case !kept[g.Gang] && !policy.GangFitsMax(cfg, capacity.Pending{Requests: g.Requests, Count: g.Instances, Gang: g.Gang}):
+			g.Why = fmt.Sprintf("can never fit: not even an empty pool of the pool's max (%d nodes) holds it", cfg.Nodes.Max)
 		case !kept[g.Gang]:
 			g.Why = fmt.Sprintf("does not fit the room the pool's max (%d nodes) leaves after work of higher priority", cfg.Nodes.Max)
 		case d.Desired <= desired:

@@ -86,6 +86,16 @@ func TestDecideShowsGangsWithinLimits(t *testing.T) {
 	if w := got["b"].Why; w != "does not fit within the pool's limits after work of higher priority" {
 		t.Fatalf("b: %q", w)
 	}
+	// Without limits, in a pool of at most 2 nodes: huge never fits.
+	cfg.Limits, cfg.Nodes = policy.Limits{}, capacity.Elastic(0, 2)
+	if res, err = Run("gpu", cfg, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range res.Gangs {
+		if g.Gang == "huge" && g.Why != "can never fit: not even an empty pool of the pool's max (2 nodes) holds it" {
+			t.Fatalf("huge: %q", g.Why)
+		}
+	}
 }
 
 // BenchmarkDecideGangs decides 10,000 pending instances in 100 gangs of 100

@@ -72,7 +72,8 @@ func Backlog(cfg Config, in Input) []capacity.Pending {
 
 // withinMax returns the groups of pend the pool can buy for within its
 // max: all of them when they fit, else the longest run by priority
-// (highest first, the report's order within one) that does.
+// (highest first, the report's order within one) that does; gangs that
+// not even an empty pool of max nodes could hold are left out first.
 func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.Pending {
 	if len(pend) == 0 || len(p.cfg.Offerings) == 0 {
 		return pend
@@ -88,6 +89,14 @@ func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.P
 	room := p.cfg.Nodes.Max - nodes
 	if room < 0 {
 		room = 0
+	}
+	// A gang that no pool of max nodes could hold is never bought for:
+	// left out, it holds up no work of lower priority.
+	if slices.ContainsFunc(pend, func(g capacity.Pending) bool { return g.Gang != "" && !p.fitsMax(g) }) {
+		pend = slices.DeleteFunc(slices.Clone(pend), func(g capacity.Pending) bool { return g.Gang != "" && !p.fitsMax(g) })
+		if len(pend) == 0 {
+			return pend
+		}
 	}
 	order := slices.Clone(pend)
 	slices.SortStableFunc(order, func(a, b capacity.Pending) int { return cmp.Compare(b.Priority, a.Priority) })
@@ -134,6 +143,33 @@ func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.P
 		k++
 	}
 	return order[:k]
+}
+
+// GangFitsMax reports whether gang g fits an empty pool of cfg's max
+// nodes (cfg validated): a gang that does not is never bought for. tide
+// decide reports it.
+func GangFitsMax(cfg Config, g capacity.Pending) bool {
+	if len(cfg.Offerings) == 0 {
+		return true
+	}
+	return (&prioritized{cfg: cfg}).fitsMax(g)
+}
+
+// fitsMax reports whether gang g fits an empty pool of max nodes (a gang
+// whose request fits no offering counts as fitting: the policy reports
+// such shapes).
+func (p *prioritized) fitsMax(g capacity.Pending) bool {
+	n, ok := p.ownNodes(g)
+	if !ok || n <= p.cfg.Nodes.Max {
+		return true
+	}
+	res := binpack.Pack([]capacity.Pending{g}, p.cfg.Offerings, binpack.WithMaxNew(p.cfg.Nodes.Max))
+	for _, u := range res.Unplaced {
+		if u > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // ownNodes is the fewest nodes of one offering that host group g alone;
