@@ -124,7 +124,7 @@ type Operator struct {
 	clk     clock.Clock
 	log     *slog.Logger
 	metrics *metrics
-	runners map[string]*runner
+	runners map[string]*runner // written by the passes under mu
 	poke    chan struct{}
 	// unmatched remembers the last event message per unmatched pod.
 	unmatched map[types.UID]string
@@ -248,8 +248,11 @@ func (o *Operator) Passes() uint64 {
 }
 
 // PoolStatus is a pool's controller status, for tests and benchmarks.
+// Safe for concurrent use with the passes.
 func (o *Operator) PoolStatus(name string) (controller.Status, bool) {
+	o.mu.Lock()
 	r := o.runners[name]
+	o.mu.Unlock()
 	if r == nil || r.ctl == nil {
 		return controller.Status{}, false
 	}
@@ -304,7 +307,9 @@ func (o *Operator) Pass(ctx context.Context) error {
 			if old != nil && old.close != nil {
 				old.close()
 			}
+			o.mu.Lock() // PoolStatus reads the map
 			o.runners[name] = r
+			o.mu.Unlock()
 		}
 		r.obj = np
 	}
@@ -315,7 +320,9 @@ func (o *Operator) Pass(ctx context.Context) error {
 			if r := o.runners[name]; r.close != nil {
 				r.close()
 			}
+			o.mu.Lock()
 			delete(o.runners, name)
+			o.mu.Unlock()
 		}
 	}
 	names := slices.Sorted(maps.Keys(o.runners))
