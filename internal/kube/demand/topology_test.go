@@ -407,3 +407,18 @@ func TestZoneSpreadWhileAZoneBoots(t *testing.T) {
 		})
 	}
 }
+
+// TestZoneSpreadMinDomainsAboveZones: minDomains 3 over a pool of two
+// zones can never be met (kube-scheduler's global minimum stays 0, so
+// each zone holds maxSkew pods): one node per zone for the pods that fit,
+// the others reported.
+func TestZoneSpreadMinDomainsAboveZones(t *testing.T) {
+	p := zonal("a", "b")
+	rep := Compute([]Pool{p}, nil, many(4, "w", rl("cpu", "100m"), labelled("app", "web"), spread(corev1.LabelTopologyZone, 1, "web"), minDomains(3)))
+	if got := newNodes(t, p, rep); !slices.Equal(got, []int{1, 1}) {
+		t.Fatalf("new nodes by zone %v, want one each", got)
+	}
+	if len(rep.Unmatched) != 2 || !strings.Contains(rep.Unmatched[0].Reason, "leave no zone") {
+		t.Fatalf("unmatched %+v, want 2 pods whose zone rules leave no zone", rep.Unmatched)
+	}
+}

@@ -40,11 +40,33 @@ type machineWatch struct {
 	peakNode int
 	peakHeld int // machines tide kube held at once (status.Nodes)
 	peakWant int // its desired count
+	// registered is when each Node was first seen, and in which zone.
+	registered map[string]time.Time
+	zoneOf     map[string]string
+}
+
+// registrations says when each Node of zones was first seen, in order,
+// from at.
+func (w *machineWatch) registrations(at time.Time) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	names := slices.SortedFunc(func(yield func(string) bool) {
+		for n := range w.registered {
+			if !yield(n) {
+				return
+			}
+		}
+	}, func(a, b string) int { return w.registered[a].Compare(w.registered[b]) })
+	var out []string
+	for _, n := range names {
+		out = append(out, fmt.Sprintf("%s (zone %s) +%v", n, w.zoneOf[n], w.registered[n].Sub(at).Round(100*time.Millisecond)))
+	}
+	return strings.Join(out, ", ")
 }
 
 func (l *live) watchMachines(t *testing.T, op *operator.Operator, pool string) *machineWatch {
 	t.Helper()
-	w := &machineWatch{ever: map[string]bool{}}
+	w := &machineWatch{ever: map[string]bool{}, registered: map[string]time.Time{}, zoneOf: map[string]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -58,6 +80,9 @@ func (l *live) watchMachines(t *testing.T, op *operator.Operator, pool string) *
 				w.peakNode = max(w.peakNode, len(nodes.Items))
 				for _, n := range nodes.Items {
 					w.ever[n.Name] = true
+					if _, ok := w.registered[n.Name]; !ok {
+						w.registered[n.Name], w.zoneOf[n.Name] = time.Now(), n.Labels[corev1.LabelTopologyZone]
+					}
 				}
 			}
 			if secrets != nil {
@@ -163,6 +188,30 @@ func (l *live) runningOn(t *testing.T, pool, app string, n, nodes int) map[strin
 	return on
 }
 
+// bindings says when each pod of app was bound (its PodScheduled
+// condition, to the second) and in which zone, from at.
+func (l *live) bindings(t *testing.T, app string, at time.Time) string {
+	t.Helper()
+	pods, err := l.cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		nd, err := l.cs.CoreV1().Nodes().Get(context.Background(), p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+				out = append(out, fmt.Sprintf("zone %s +%ds", nd.Labels[corev1.LabelTopologyZone], int(c.LastTransitionTime.Sub(at.Truncate(time.Second)).Seconds())))
+			}
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
 // morePasses waits (up to a minute) until op ran n more passes.
 func morePasses(t *testing.T, op *operator.Operator, n uint64) {
 	t.Helper()
@@ -224,6 +273,7 @@ func TestLiveKubeletTopology(t *testing.T) {
 	morePasses(t, op, 4)
 	w.check(t, "zone spread", 2)
 	tSpread := time.Since(at)
+	t.Logf("zone spread: Nodes registered (from the Deployment's creation): %s; pods bound: %s", w.registrations(at), l.bindings(t, "spread", at))
 
 	// 2. Hostname anti-affinity, on the Nodes of 1 and one more.
 	at = time.Now()
