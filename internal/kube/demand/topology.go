@@ -200,7 +200,11 @@ func parseRules(pod *corev1.Pod) rules {
 		r.spread = append(r.spread, s)
 	}
 	if len(pod.Spec.ResourceClaims) > 0 {
-		r.unmodelled = append(r.unmodelled, "dynamic resource claims (DRA): their devices are not counted")
+		why := "their devices are not counted"
+		if d := draReason(pod); d != "" {
+			why = "their devices are not counted: " + d
+		}
+		r.unmodelled = append(r.unmodelled, "dynamic resource claims (DRA): "+why)
 	}
 	return r
 }
