@@ -350,7 +350,13 @@ func (o *Operator) Pass(ctx context.Context) error {
 	for i := range pl.Items {
 		pods[i] = &pl.Items[i]
 	}
-	rep := demand.Compute(pools, nodes, pods)
+	// DRA claims become device requests for the model only (pods keeps
+	// the objects as they are for everything else).
+	modelled := pods
+	if demand.HasClaims(pods) {
+		modelled = demand.WithDevices(pods, o.claims(ctx), pools)
+	}
+	rep := demand.Compute(pools, nodes, modelled)
 	byUID := map[string]*corev1.Pod{}
 	for _, p := range pods {
 		if demand.Unschedulable(p) {
