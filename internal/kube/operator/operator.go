@@ -374,8 +374,11 @@ func (o *Operator) Pass(ctx context.Context) error {
 			byPool[pool] = append(byPool[pool], n)
 		}
 	}
+	// For consolidation: with their DRA devices counted, which no Node's
+	// allocatable shows, so that it moves no such pod (its devices may not
+	// be free elsewhere).
 	byNode := map[string][]*corev1.Pod{}
-	for _, p := range pods {
+	for _, p := range modelled {
 		if p.Spec.NodeName != "" {
 			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
 		}
