@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1beta1 "k8s.io/api/resource/v1beta1"
+	resourcev1beta2 "k8s.io/api/resource/v1beta2"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -24,11 +25,14 @@ const draWhy = "demand.tide.dev/dra-not-counted"
 
 // Claims are the DRA objects of the cluster a pass reads.
 type Claims struct {
-	// Served is false when the cluster serves no resource.k8s.io/v1beta1
-	// (Kubernetes before 1.34 serves it only with the DynamicResourceAllocation
-	// feature gate and the API enabled); Why then says what was seen.
+	// Served is false when the claims could not be read (the cluster
+	// serves no resource.k8s.io, or tide may not list them); Why then says
+	// what was seen.
 	Served bool
 	Why    string
+	// Version is the resource.k8s.io version they were read in (the
+	// objects are converted to v1beta1's types).
+	Version string
 	// Claims are the ResourceClaims and Templates the ResourceClaimTemplates,
 	// by namespace/name.
 	Claims    map[string]*resourcev1beta1.ResourceClaim
@@ -219,3 +223,59 @@ func requested(p *corev1.Pod, c Claims, users map[string]int, declared map[strin
 // draReason is why a pod's DRA claims are not counted ("" when WithDevices
 // did not look at it).
 func draReason(p *corev1.Pod) string { return p.Annotations[draWhy] }
+
+// ClaimV1beta2 converts a resource.k8s.io/v1beta2 ResourceClaim (the
+// shape of resource.k8s.io/v1 as well) to v1beta1, the version WithDevices
+// reads: what it looks at (requests, their class, mode, count, selectors,
+// admin access and alternatives, constraints, allocation results) maps one
+// to one.
+func ClaimV1beta2(c *resourcev1beta2.ResourceClaim) *resourcev1beta1.ResourceClaim {
+	out := &resourcev1beta1.ResourceClaim{ObjectMeta: c.ObjectMeta, Spec: specV1beta2(&c.Spec)}
+	if a := c.Status.Allocation; a != nil {
+		out.Status.Allocation = &resourcev1beta1.AllocationResult{}
+		for _, r := range a.Devices.Results {
+			out.Status.Allocation.Devices.Results = append(out.Status.Allocation.Devices.Results,
+				resourcev1beta1.DeviceRequestAllocationResult{Request: r.Request, Driver: r.Driver, Pool: r.Pool, Device: r.Device})
+		}
+	}
+	return out
+}
+
+// TemplateV1beta2 converts a v1beta2 (or v1) ResourceClaimTemplate to
+// v1beta1 (see ClaimV1beta2).
+func TemplateV1beta2(t *resourcev1beta2.ResourceClaimTemplate) *resourcev1beta1.ResourceClaimTemplate {
+	return &resourcev1beta1.ResourceClaimTemplate{ObjectMeta: t.ObjectMeta,
+		Spec: resourcev1beta1.ResourceClaimTemplateSpec{ObjectMeta: t.Spec.ObjectMeta, Spec: specV1beta2(&t.Spec.Spec)}}
+}
+
+func specV1beta2(s *resourcev1beta2.ResourceClaimSpec) resourcev1beta1.ResourceClaimSpec {
+	sels := func(in []resourcev1beta2.DeviceSelector) []resourcev1beta1.DeviceSelector {
+		var out []resourcev1beta1.DeviceSelector
+		for _, s := range in {
+			var cel *resourcev1beta1.CELDeviceSelector
+			if s.CEL != nil {
+				cel = &resourcev1beta1.CELDeviceSelector{Expression: s.CEL.Expression}
+			}
+			out = append(out, resourcev1beta1.DeviceSelector{CEL: cel})
+		}
+		return out
+	}
+	var out resourcev1beta1.ResourceClaimSpec
+	for _, r := range s.Devices.Requests {
+		req := resourcev1beta1.DeviceRequest{Name: r.Name}
+		if e := r.Exactly; e != nil {
+			req.DeviceClassName, req.Selectors, req.AllocationMode, req.Count, req.AdminAccess =
+				e.DeviceClassName, sels(e.Selectors), resourcev1beta1.DeviceAllocationMode(e.AllocationMode), e.Count, e.AdminAccess
+		}
+		for _, sub := range r.FirstAvailable {
+			req.FirstAvailable = append(req.FirstAvailable, resourcev1beta1.DeviceSubRequest{Name: sub.Name, DeviceClassName: sub.DeviceClassName,
+				Selectors: sels(sub.Selectors), AllocationMode: resourcev1beta1.DeviceAllocationMode(sub.AllocationMode), Count: sub.Count})
+		}
+		out.Devices.Requests = append(out.Devices.Requests, req)
+	}
+	for _, c := range s.Devices.Constraints {
+		out.Devices.Constraints = append(out.Devices.Constraints, resourcev1beta1.DeviceConstraint{Requests: c.Requests,
+			MatchAttribute: (*resourcev1beta1.FullyQualifiedName)(c.MatchAttribute)})
+	}
+	return out
+}

@@ -1,12 +1,14 @@
 package demand
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1beta1 "k8s.io/api/resource/v1beta1"
+	resourcev1beta2 "k8s.io/api/resource/v1beta2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tide-project/tide/internal/capacity"
@@ -164,5 +166,54 @@ func TestDeviceCountsNotAdvertised(t *testing.T) {
 	amd := l["amd.com/gpu"]
 	if _, ok := l[DeviceClassPrefix+gpuClass]; ok || amd.Value() != 1 {
 		t.Fatalf("resource list %v", l)
+	}
+}
+
+// TestDRAV1Shape: claims read in resource.k8s.io/v1 (or v1beta2: one
+// shape, requests under `exactly` or `firstAvailable`) count as their
+// v1beta1 form does.
+func TestDRAV1Shape(t *testing.T) {
+	const tmplJSON = `{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaimTemplate","metadata":{"namespace":"default","name":"two"},
+  "spec":{"spec":{"devices":{"requests":[{"name":"g","exactly":{"deviceClassName":"gpu.example.com","allocationMode":"ExactCount","count":2,"capacity":{}}}]}}}}`
+	const altJSON = `{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaimTemplate","metadata":{"namespace":"default","name":"alt"},
+  "spec":{"spec":{"devices":{"requests":[{"name":"g","firstAvailable":[{"name":"big","deviceClassName":"gpu.example.com","count":2}]}]}}}}`
+	const claimJSON = `{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"namespace":"default","name":"r-gpu"},
+  "spec":{"devices":{"requests":[{"name":"g","exactly":{"deviceClassName":"gpu.example.com","selectors":[{"cel":{"expression":"true"}}]}}]}},
+  "status":{"allocation":{"devices":{"results":[{"request":"g","driver":"d","pool":"na","device":"gpu-0"}]}}}}`
+	c := Claims{Served: true, Claims: map[string]*resourcev1beta1.ResourceClaim{}, Templates: map[string]*resourcev1beta1.ResourceClaimTemplate{}}
+	for _, js := range []string{tmplJSON, altJSON} {
+		var tm resourcev1beta2.ResourceClaimTemplate
+		if err := json.Unmarshal([]byte(js), &tm); err != nil {
+			t.Fatal(err)
+		}
+		c.Templates["default/"+tm.Name] = TemplateV1beta2(&tm)
+	}
+	var cl resourcev1beta2.ResourceClaim
+	if err := json.Unmarshal([]byte(claimJSON), &cl); err != nil {
+		t.Fatal(err)
+	}
+	c.Claims["default/r-gpu"] = ClaimV1beta2(&cl)
+	p := draPool()
+	p.Offerings[0].Resources.Extended[DeviceClassPrefix+gpuClass] = 4
+	na := znode("na", "z", "0", rl("cpu", "4", "memory", "16Gi"), zoneOf("a"), func(n *corev1.Node) { n.Labels[corev1.LabelInstanceTypeStable] = "c4" })
+	claimName := "r-gpu"
+	// On na (4 devices): a bound pod holding one device (allocated by a CEL
+	// selector: counted from the allocation), then three pods of two: one
+	// fits na's 3 free devices, the other two need a node; the pod with
+	// alternatives is not counted (its CPU takes na's room).
+	r := pod("r", rl("cpu", "100m"), namedClaim("r-gpu"), on("na"), func(p *corev1.Pod) {
+		p.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: &claimName}}
+	})
+	pods := append([]*corev1.Pod{r}, many(3, "w", rl("cpu", "100m"), fromTemplate("two"))...)
+	pods = append(pods, pod("alt", rl("cpu", "100m"), fromTemplate("alt")))
+	rep := Compute([]Pool{p}, []*corev1.Node{na}, WithDevices(pods, c, []Pool{p}))
+	if got := rep.Pods["z"]; !slices.Equal(got, []string{"default/w1", "default/w2"}) {
+		t.Fatalf("demand %v, want w1 and w2 (w0 on na, alt on na's CPU)", got)
+	}
+	if len(rep.Unmodelled) != 1 || rep.Unmodelled[0].Name != "alt" || !strings.Contains(rep.Unmodelled[0].Reason, "alternatives (firstAvailable)") {
+		t.Fatalf("unmodelled %+v", rep.Unmodelled)
+	}
+	if got := sum(newNodes(t, p, rep)); got != 1 {
+		t.Fatalf("%d new nodes, want 1 (w1 and w2: 4 devices)", got)
 	}
 }

@@ -87,8 +87,22 @@ func (l *live) draPod(t *testing.T, name, tmpl string) {
 // whose claim selects two devices by a CEL expression is counted by its
 // CPU alone (which those Nodes hold: no Node for it) and gets a
 // NotModelled event saying why.
+//
+// It runs twice: with resource.k8s.io/v1beta1 served alone (tide reads it),
+// and with v1beta2 as well (tide reads v1beta2, the shape of v1, which
+// Kubernetes 1.34 on serves and 1.33 does not have; the test's objects are
+// still written in v1beta1, which the apiserver converts).
 func TestLiveDRADeviceCounts(t *testing.T) {
-	l := startLiveWith(t, kubetest.Options{FeatureGates: "DynamicResourceAllocation=true", RuntimeConfig: "resource.k8s.io/v1beta1=true"})
+	for _, tc := range []struct{ config, want string }{
+		{"resource.k8s.io/v1beta1=true", "v1beta1"},
+		{"resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true", "v1beta2"},
+	} {
+		t.Run(tc.want, func(t *testing.T) { draDeviceCounts(t, tc.config, tc.want) })
+	}
+}
+
+func draDeviceCounts(t *testing.T, runtimeConfig, version string) {
+	l := startLiveWith(t, kubetest.Options{FeatureGates: "DynamicResourceAllocation=true", RuntimeConfig: runtimeConfig})
 	ctx := context.Background()
 	dc := &resourcev1beta1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.example.com"}, Spec: resourcev1beta1.DeviceClassSpec{
 		Selectors: []resourcev1beta1.DeviceSelector{{CEL: &resourcev1beta1.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}}}}
@@ -162,5 +176,8 @@ func TestLiveDRADeviceCounts(t *testing.T) {
 	if peak != 2 {
 		t.Fatalf("%d Nodes at the peak, want 2", peak)
 	}
-	t.Logf("3 one-device pods on nodes of 2 devices: 2 Nodes, every claim allocated; the CEL-selector pod: %s", ev[0].Message)
+	if v := op.ClaimsVersion(); v != version {
+		t.Fatalf("tide kube read the claims in resource.k8s.io/%s, want %s", v, version)
+	}
+	t.Logf("claims read in %s: 3 one-device pods on nodes of 2 devices: 2 Nodes, every claim allocated; the CEL-selector pod: %s", version, ev[0].Message)
 }

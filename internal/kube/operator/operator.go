@@ -138,7 +138,10 @@ type Operator struct {
 	seen map[types.UID]*seenPod
 	// latencies are the Unschedulable → provider Create samples (seconds).
 	latencies []float64
-	passes    uint64
+	// claimsVersion is the resource.k8s.io version DRA claims were last
+	// read in ("" when not read, or when they could not be).
+	claimsVersion string
+	passes        uint64
 }
 
 // New checks cfg and returns an operator.
@@ -245,6 +248,15 @@ func (o *Operator) Passes() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.passes
+}
+
+// ClaimsVersion is the resource.k8s.io version the last pass that needed
+// DRA claims read them in ("" when none did, or they could not be read),
+// for tests.
+func (o *Operator) ClaimsVersion() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.claimsVersion
 }
 
 // PoolStatus is a pool's controller status, for tests and benchmarks.
@@ -354,7 +366,11 @@ func (o *Operator) Pass(ctx context.Context) error {
 	// the objects as they are for everything else).
 	modelled := pods
 	if demand.HasClaims(pods) {
-		modelled = demand.WithDevices(pods, o.claims(ctx), pools)
+		c := o.claims(ctx)
+		o.mu.Lock()
+		o.claimsVersion = c.Version
+		o.mu.Unlock()
+		modelled = demand.WithDevices(pods, c, pools)
 	}
 	rep := demand.Compute(pools, nodes, modelled)
 	byUID := map[string]*corev1.Pod{}
