@@ -85,7 +85,8 @@ func Augment(offs []capacity.Offering, slots []Slot) []capacity.Offering {
 //     spread fills its zones evenly).
 //
 // A pod whose rules tide cannot model (another topology key, a namespace
-// selector, a non-self anti-affinity with other waiting pods, DRA claims)
+// selector, a non-self anti-affinity with other waiting pods, DRA claims
+// that WithDevices did not turn into device requests)
 // is counted by its requests alone and listed in Report.Unmodelled; one no
 // pool can serve is in Report.Unmatched with the reason of each pool. The
 // result is deterministic.

@@ -124,7 +124,7 @@ type Operator struct {
 	clk     clock.Clock
 	log     *slog.Logger
 	metrics *metrics
-	runners map[string]*runner
+	runners map[string]*runner // written by the passes under mu
 	poke    chan struct{}
 	// unmatched remembers the last event message per unmatched pod.
 	unmatched map[types.UID]string
@@ -138,7 +138,10 @@ type Operator struct {
 	seen map[types.UID]*seenPod
 	// latencies are the Unschedulable → provider Create samples (seconds).
 	latencies []float64
-	passes    uint64
+	// claimsVersion is the resource.k8s.io version DRA claims were last
+	// read in ("" when not read, or when they could not be).
+	claimsVersion string
+	passes        uint64
 }
 
 // New checks cfg and returns an operator.
@@ -247,9 +250,21 @@ func (o *Operator) Passes() uint64 {
 	return o.passes
 }
 
+// ClaimsVersion is the resource.k8s.io version the last pass that needed
+// DRA claims read them in ("" when none did, or they could not be read),
+// for tests.
+func (o *Operator) ClaimsVersion() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.claimsVersion
+}
+
 // PoolStatus is a pool's controller status, for tests and benchmarks.
+// Safe for concurrent use with the passes.
 func (o *Operator) PoolStatus(name string) (controller.Status, bool) {
+	o.mu.Lock()
 	r := o.runners[name]
+	o.mu.Unlock()
 	if r == nil || r.ctl == nil {
 		return controller.Status{}, false
 	}
@@ -304,7 +319,9 @@ func (o *Operator) Pass(ctx context.Context) error {
 			if old != nil && old.close != nil {
 				old.close()
 			}
+			o.mu.Lock() // PoolStatus reads the map
 			o.runners[name] = r
+			o.mu.Unlock()
 		}
 		r.obj = np
 	}
@@ -315,7 +332,9 @@ func (o *Operator) Pass(ctx context.Context) error {
 			if r := o.runners[name]; r.close != nil {
 				r.close()
 			}
+			o.mu.Lock()
 			delete(o.runners, name)
+			o.mu.Unlock()
 		}
 	}
 	names := slices.Sorted(maps.Keys(o.runners))
@@ -343,7 +362,17 @@ func (o *Operator) Pass(ctx context.Context) error {
 	for i := range pl.Items {
 		pods[i] = &pl.Items[i]
 	}
-	rep := demand.Compute(pools, nodes, pods)
+	// DRA claims become device requests for the model only (pods keeps
+	// the objects as they are for everything else).
+	modelled := pods
+	if demand.HasClaims(pods) {
+		c := o.claims(ctx)
+		o.mu.Lock()
+		o.claimsVersion = c.Version
+		o.mu.Unlock()
+		modelled = demand.WithDevices(pods, c, pools)
+	}
+	rep := demand.Compute(pools, nodes, modelled)
 	byUID := map[string]*corev1.Pod{}
 	for _, p := range pods {
 		if demand.Unschedulable(p) {
@@ -361,8 +390,11 @@ func (o *Operator) Pass(ctx context.Context) error {
 			byPool[pool] = append(byPool[pool], n)
 		}
 	}
+	// For consolidation: with their DRA devices counted, which no Node's
+	// allocatable shows, so that it moves no such pod (its devices may not
+	// be free elsewhere).
 	byNode := map[string][]*corev1.Pod{}
-	for _, p := range pods {
+	for _, p := range modelled {
 		if p.Spec.NodeName != "" {
 			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
 		}
