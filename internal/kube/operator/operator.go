@@ -343,7 +343,26 @@ func (o *Operator) Pass(ctx context.Context) error {
 	for i := range pl.Items {
 		pods[i] = &pl.Items[i]
 	}
-	rep := demand.Compute(pools, nodes, pods)
+	// ProvisioningRequests (provreq.go): atomic ones add the pods that
+	// stand for them (first: they book room before other waiting pods),
+	// and the pods consuming a live request are not demand of their own.
+	maxOf := map[string]int{}
+	for _, name := range names {
+		if r := o.runners[name]; r.err == nil {
+			maxOf[name] = r.pool.Config.Nodes.Max
+		}
+	}
+	var errs []error
+	reqs, err := o.provisioning(ctx, pools, maxOf, nodes, pods)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	counted := pods
+	if len(reqs.standIns) > 0 || len(reqs.claimed) > 0 {
+		counted = append(slices.Clone(reqs.standIns), slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return reqs.claimed[p.UID] })...)
+	}
+	rep := demand.Compute(pools, nodes, counted)
+	rep.Unmatched, rep.Unmodelled = withoutStandIns(rep.Unmatched), withoutStandIns(rep.Unmodelled)
 	byUID := map[string]*corev1.Pod{}
 	for _, p := range pods {
 		if demand.Unschedulable(p) {
@@ -367,12 +386,13 @@ func (o *Operator) Pass(ctx context.Context) error {
 			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
 		}
 	}
-	var errs []error
 	for _, name := range names {
 		r := o.runners[name]
 		var podsOf []*corev1.Pod
 		for _, key := range rep.Pods[name] {
-			podsOf = append(podsOf, byUID[key])
+			if p := byUID[key]; p != nil { // not a request's stand-in
+				podsOf = append(podsOf, p)
+			}
 		}
 		if r.slots != nil {
 			r.slots.set(rep.Slots[name])
@@ -383,6 +403,9 @@ func (o *Operator) Pass(ctx context.Context) error {
 		if err := o.consolidate(ctx, r, now, byPool[name], byNode, len(podsOf)); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: consolidate: %w", name, err))
 		}
+	}
+	if err := o.answer(ctx, reqs, rep); err != nil {
+		errs = append(errs, err)
 	}
 	o.unmatchedEvents(rep.Unmatched, byUID)
 	o.metrics.unmatched.Set(float64(len(rep.Unmatched)))

@@ -1,0 +1,218 @@
+package operator
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tide-project/tide/internal/kube/demand"
+	"github.com/tide-project/tide/internal/kube/provreq"
+)
+
+// GVKs of the ProvisioningRequest resource (Cluster Autoscaler's API) and
+// its list.
+var (
+	ProvisioningRequestGVK     = schema.GroupVersionKind{Group: provreq.Group, Version: provreq.Version, Kind: provreq.Kind}
+	ProvisioningRequestListGVK = schema.GroupVersionKind{Group: provreq.Group, Version: provreq.Version, Kind: provreq.Kind + "List"}
+)
+
+// requests is one pass's work on the ProvisioningRequests: what the
+// demand computation must add and leave out, and what to write after it.
+type requests struct {
+	// standIns are the pods that stand for atomic requests' capacity
+	// (demand of one gang each), in the requests' order.
+	standIns []*corev1.Pod
+	// claimed are the unschedulable pods consuming a live request: the
+	// request stands for them, they are not demand of their own.
+	claimed map[types.UID]bool
+	items   []*requestPass
+}
+
+type requestPass struct {
+	obj *unstructured.Unstructured
+	req provreq.Request
+	out provreq.Outcome
+}
+
+// provisioning reads the ProvisioningRequests tide answers and steps each
+// one (provreq.Step) in the order they were created: earlier requests book
+// the room they fit first. Without the CRD (or the right to read it) it
+// does nothing; the error says why only when it is not the CRD's absence.
+func (o *Operator) provisioning(ctx context.Context, pools []demand.Pool, maxOf map[string]int, nodes []*corev1.Node, pods []*corev1.Pod) (requests, error) {
+	rs := requests{claimed: map[types.UID]bool{}}
+	var list unstructured.UnstructuredList
+	list.SetGroupVersionKind(ProvisioningRequestListGVK)
+	if err := o.cfg.Client.List(ctx, &list); err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			return rs, nil // no ProvisioningRequest CRD: nothing to answer
+		}
+		return rs, fmt.Errorf("list ProvisioningRequests: %w", err)
+	}
+	type item struct {
+		obj *unstructured.Unstructured
+		req provreq.Request
+	}
+	var items []item
+	for i := range list.Items {
+		obj := &list.Items[i]
+		r, err := provreq.Parse(obj.Object)
+		if err != nil {
+			o.log.Warn("ProvisioningRequest not read", "err", err)
+			continue
+		}
+		if provreq.Supported(r.Class) {
+			items = append(items, item{obj, r})
+		}
+	}
+	if len(items) == 0 {
+		o.metrics.requests(nil)
+		return rs, nil
+	}
+	slices.SortFunc(items, func(a, b item) int {
+		return cmp.Or(a.req.Created.Compare(b.req.Created), cmp.Compare(a.req.Key(), b.req.Key()))
+	})
+	var tl corev1.PodTemplateList
+	if err := o.cfg.Client.List(ctx, &tl); err != nil {
+		return rs, fmt.Errorf("list PodTemplates: %w", err)
+	}
+	templates := map[string]map[string]*corev1.PodTemplate{}
+	for i := range tl.Items {
+		t := &tl.Items[i]
+		if templates[t.Namespace] == nil {
+			templates[t.Namespace] = map[string]*corev1.PodTemplate{}
+		}
+		templates[t.Namespace][t.Name] = t
+	}
+	consumers := map[string][]*corev1.Pod{}
+	for _, p := range pods {
+		if name := provreq.Consumes(p); name != "" {
+			consumers[p.Namespace+"/"+name] = append(consumers[p.Namespace+"/"+name], p)
+		}
+	}
+	var pps []provreq.Pool
+	managed := map[string]bool{}
+	for _, p := range pools {
+		pps = append(pps, provreq.Pool{Pool: p, Max: maxOf[p.Name]})
+		managed[p.Name] = true
+	}
+	onPools := func(n *corev1.Node) bool { return managed[n.Labels[demand.PoolLabel]] }
+	room := provreq.NewRoom(nodes, pods)
+	now := o.clk.Now()
+	states := map[[2]string]int{}
+	for _, it := range items {
+		r := it.req
+		cons := consumers[r.Key()]
+		rest, bound, missing := provreq.Pods(&r, templates[r.Namespace], cons)
+		in := provreq.Input{Now: now, Missing: missing, Bound: bound}
+		var book func()
+		if missing == "" && !done(&r) {
+			all, _, _ := provreq.Pods(&r, templates[r.Namespace], nil)
+			if len(o.cfg.Pools) > 0 && !provreq.Admitted(pps, all) {
+				continue // another tide kube's NodePools, not ours
+			}
+			on := onPools
+			if r.Class == provreq.ClassCheckCapacity {
+				on = nil // any Node's room answers a check
+			} else if !done(&r) && !isTrue(&r, provreq.Provisioned) {
+				in.Never = provreq.Never(pps, all)
+			}
+			book, in.Fits = room.Place(rest, on)
+		}
+		out := provreq.Step(&r, in)
+		if out.Book && book != nil {
+			book()
+		}
+		if out.Demand {
+			rs.standIns = append(rs.standIns, rest...)
+		}
+		if out.Claims {
+			for _, p := range cons {
+				if p.Spec.NodeName == "" {
+					rs.claimed[p.UID] = true
+				}
+			}
+		}
+		states[[2]string{r.Class, out.State}]++
+		rs.items = append(rs.items, &requestPass{obj: it.obj, req: r, out: out})
+	}
+	o.metrics.requests(states)
+	return rs, nil
+}
+
+// done: Failed or BookingExpired.
+func done(r *provreq.Request) bool {
+	return isTrue(r, provreq.Failed) || isTrue(r, provreq.BookingExpired)
+}
+
+func isTrue(r *provreq.Request, typ string) bool {
+	for _, c := range r.Conditions {
+		if c.Type == typ {
+			return c.Status == "True"
+		}
+	}
+	return false
+}
+
+// answer writes each request's conditions (when they changed) and an
+// event per changed condition; rep tells on which pool a waiting atomic
+// request's nodes are bought.
+func (o *Operator) answer(ctx context.Context, rs requests, rep demand.Report) error {
+	poolOf := map[string]string{}
+	for pool, keys := range rep.Pods {
+		for _, k := range keys {
+			if req, ok := provreq.StandIn(k); ok {
+				poolOf[req] = pool
+			}
+		}
+	}
+	var errs []error
+	for _, it := range rs.items {
+		it.out.On(poolOf[it.req.Key()])
+		for _, c := range it.out.Changed {
+			typ := corev1.EventTypeNormal
+			if (c.Type == provreq.Failed && c.Status == "True") || (c.Type == provreq.Accepted && c.Status == "False") {
+				typ = corev1.EventTypeWarning
+			}
+			o.event(it.obj, typ, c.Reason, "tide: "+c.Type+"="+string(c.Status)+": "+c.Message)
+		}
+		before, _ := json.Marshal(it.req.Conditions)
+		after, err := json.Marshal(it.out.Conditions)
+		if err != nil {
+			return err
+		}
+		if string(before) == string(after) {
+			continue
+		}
+		body, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": it.out.Conditions}})
+		if err != nil {
+			return err
+		}
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(ProvisioningRequestGVK)
+		u.SetNamespace(it.req.Namespace)
+		u.SetName(it.req.Name)
+		if err := o.cfg.Client.Status().Patch(ctx, u, client.RawPatch(types.MergePatchType, body)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("ProvisioningRequest %s: write status: %w", it.req.Key(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// withoutStandIns drops the pods that stand for requests from u.
+func withoutStandIns(u []demand.Unmatched) []demand.Unmatched {
+	return slices.DeleteFunc(u, func(x demand.Unmatched) bool {
+		_, ok := provreq.StandIn(x.Namespace + "/" + x.Name)
+		return ok
+	})
+}
