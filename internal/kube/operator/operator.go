@@ -116,6 +116,10 @@ type Config struct {
 	Kube kubernetes.Interface
 	// Join says how those machines join (join.go).
 	Join NodeJoin
+	// Booking is how long capacity found or bought for a
+	// ProvisioningRequest stays booked for its pods (0:
+	// provreq.BookingTime).
+	Booking time.Duration
 }
 
 // Operator runs every NodePool; see the package doc.

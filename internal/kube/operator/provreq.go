@@ -114,7 +114,7 @@ func (o *Operator) provisioning(ctx context.Context, pools []demand.Pool, maxOf 
 		r := it.req
 		cons := consumers[r.Key()]
 		rest, bound, missing := provreq.Pods(&r, templates[r.Namespace], cons)
-		in := provreq.Input{Now: now, Missing: missing, Bound: bound}
+		in := provreq.Input{Now: now, Missing: missing, Bound: bound, Booking: o.cfg.Booking}
 		var book func()
 		if missing == "" && !done(&r) {
 			all, _, _ := provreq.Pods(&r, templates[r.Namespace], nil)

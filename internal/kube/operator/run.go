@@ -77,6 +77,9 @@ type Options struct {
 	// NodeBinary is the tide executable machines on this host run as
 	// `tide worker --bootstrap -` (default: this binary).
 	NodeBinary string
+	// Booking is how long capacity found or bought for a
+	// ProvisioningRequest stays booked (0: provreq.BookingTime).
+	Booking time.Duration
 	// NodeHeartbeat is the heartbeat period of the machines' Node agents
 	// (0: 10s).
 	NodeHeartbeat time.Duration
@@ -180,7 +183,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	op, err := New(Config{Client: mgr.GetClient(), API: kubeapi.NewClientset(cs), Recorder: mgr.GetEventRecorderFor("tide"),
 		Namespace: o.Namespace, Identity: o.Identity, Interval: o.Interval, Batch: o.Batch, Logger: o.Logger, Metrics: reg, Pools: o.Pools,
-		Kube: cs, Join: join})
+		Kube: cs, Join: join, Booking: o.Booking})
 	if err != nil {
 		return err
 	}

@@ -196,14 +196,14 @@ func Never(pools []Pool, pods []*corev1.Pod) string {
 			offs := pk[0].offs
 			res := binpack.Pack(groups, offs, binpack.WithMaxNew(max(p.Max-used, 0)))
 			if res.UnplacedTotal > 0 {
-				reason = fmt.Sprintf("the %d pods need more than its max of %d nodes", len(pods), p.Max)
+				reason = fmt.Sprintf("%s need more than its max of %d nodes", npods(len(pods)), p.Max)
 				break
 			}
 			used += len(res.New)
 			for _, n := range res.New {
 				o := offs[n.Offering]
 				if w := p.Limits.Crosses(held, o.Resources, o.PricePerHour); w != "" {
-					reason = fmt.Sprintf("the %d pods need %d or more nodes, past %s", len(pods), held.Nodes+1, w)
+					reason = fmt.Sprintf("%s need %d or more nodes, past %s", npods(len(pods)), held.Nodes+1, w)
 					break
 				}
 				held.Nodes++

@@ -138,7 +138,7 @@ func Step(r *Request, in Input) Outcome {
 		}
 		validUntil = time.Duration(s) * time.Second
 	}
-	set(Accepted, true, "Accepted", fmt.Sprintf("tide answers this %s request for %d pods", map[bool]string{true: "atomic scale-up", false: "check-capacity"}[atomic], total))
+	set(Accepted, true, "Accepted", fmt.Sprintf("tide answers this %s request for %s", map[bool]string{true: "atomic scale-up", false: "check-capacity"}[atomic], npods(total)))
 	left := max(total-in.Bound, 0)
 	if is(Provisioned) {
 		start := get(Provisioned).LastTransitionTime.Time
@@ -146,8 +146,8 @@ func Step(r *Request, in Input) Outcome {
 		case left == 0:
 			out.State = StateConsumed
 		case !in.Now.Before(start.Add(booking)):
-			set(BookingExpired, true, "BookingTimeElapsed", fmt.Sprintf("the capacity was booked for %v from %s; %d of the %d pods did not come, their room is released",
-				booking, start.UTC().Format(time.RFC3339), left, total))
+			set(BookingExpired, true, "BookingTimeElapsed", fmt.Sprintf("the capacity was booked for %v from %s; %d of its %s did not come, their room is released",
+				booking, start.UTC().Format(time.RFC3339), left, npods(total)))
 			out.State = StateBookingExpired
 		default:
 			out.State, out.Demand, out.Book, out.Claims = StateProvisioned, atomic, true, true
@@ -156,26 +156,26 @@ func Step(r *Request, in Input) Outcome {
 	}
 	if !atomic {
 		if in.Fits {
-			set(Provisioned, true, "CapacityFound", fmt.Sprintf("the %d pods fit the free room of Ready Nodes; booked for %v", left, booking))
+			set(Provisioned, true, "CapacityFound", fmt.Sprintf("%s fit the free room of Ready Nodes; booked for %v", npods(left), booking))
 			out.State, out.Book, out.Claims = StateProvisioned, true, true
 			return out
 		}
-		set(Provisioned, false, "CapacityNotFound", fmt.Sprintf("the %d pods do not fit the free room of Ready Nodes; nothing is bought for a check-capacity request, tide checks again on every pass", left))
+		set(Provisioned, false, "CapacityNotFound", fmt.Sprintf("%s do not fit the free room of Ready Nodes; nothing is bought for a check-capacity request, tide checks again on every pass", npods(left)))
 		out.State, out.Claims = StateNoCapacity, true
 		return out
 	}
 	switch {
 	case in.Never != "":
-		set(Failed, true, "NoNodePoolCanHold", "no NodePool can ever hold the "+strconv.Itoa(total)+" pods at once: "+in.Never)
+		set(Failed, true, "NoNodePoolCanHold", "no NodePool can ever hold its "+npods(total)+" at once: "+in.Never)
 		out.State = StateFailed
 	case validUntil > 0 && !in.Now.Before(r.Created.Add(validUntil)):
-		set(Failed, true, "ValidUntilPassed", fmt.Sprintf("the capacity for the %d pods was not there within %s of %ss", total, ValidUntilSeconds, r.Parameters[ValidUntilSeconds]))
+		set(Failed, true, "ValidUntilPassed", fmt.Sprintf("the capacity for its %s was not there within %s of %ss", npods(total), ValidUntilSeconds, r.Parameters[ValidUntilSeconds]))
 		out.State = StateFailed
 	case in.Fits:
-		set(Provisioned, true, "CapacityProvisioned", fmt.Sprintf("the %d pods fit the free room of Ready Nodes; booked for %v", left, booking))
+		set(Provisioned, true, "CapacityProvisioned", fmt.Sprintf("%s fit the free room of Ready Nodes; booked for %v", npods(left), booking))
 		out.State, out.Demand, out.Book, out.Claims = StateProvisioned, true, true, true
 	default:
-		set(Provisioned, false, "ScalingUp", fmt.Sprintf("tide buys the nodes for the %d pods in one scale-up", left))
+		set(Provisioned, false, "ScalingUp", fmt.Sprintf("tide buys the nodes for %s in one scale-up", npods(left)))
 		out.State, out.Demand, out.Claims = StateWaiting, true, true
 	}
 	return out
@@ -192,4 +192,12 @@ func (o *Outcome) On(pool string) {
 			c.Message = fmt.Sprintf("%s on NodePool %s", c.Message, pool)
 		}
 	}
+}
+
+// npods is "1 pod" or "n pods".
+func npods(n int) string {
+	if n == 1 {
+		return "1 pod"
+	}
+	return strconv.Itoa(n) + " pods"
 }
