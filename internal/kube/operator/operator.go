@@ -350,14 +350,8 @@ func (o *Operator) Pass(ctx context.Context) error {
 	// ProvisioningRequests (provreq.go): atomic ones add the pods that
 	// stand for them (first: they book room before other waiting pods),
 	// and the pods consuming a live request are not demand of their own.
-	maxOf := map[string]int{}
-	for _, name := range names {
-		if r := o.runners[name]; r.err == nil {
-			maxOf[name] = r.pool.Config.Nodes.Max
-		}
-	}
 	var errs []error
-	reqs, err := o.provisioning(ctx, pools, maxOf, nodes, pods)
+	reqs, err := o.provisioning(ctx, nodes, pods)
 	if err != nil {
 		errs = append(errs, err)
 	}

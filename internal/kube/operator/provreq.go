@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,7 +50,12 @@ type requestPass struct {
 // one (provreq.Step) in the order they were created: earlier requests book
 // the room they fit first. Without the CRD (or the right to read it) it
 // does nothing; the error says why only when it is not the CRD's absence.
-func (o *Operator) provisioning(ctx context.Context, pools []demand.Pool, maxOf map[string]int, nodes []*corev1.Node, pods []*corev1.Pod) (requests, error) {
+//
+// The pools a request is checked against ("no pool can ever hold it",
+// --pools) are every NodePool whose spec parses and that is not being
+// deleted, also one whose provider cannot be built right now: a passing
+// outage does not fail a request for good.
+func (o *Operator) provisioning(ctx context.Context, nodes []*corev1.Node, pods []*corev1.Pod) (requests, error) {
 	rs := requests{claimed: map[types.UID]bool{}}
 	var list unstructured.UnstructuredList
 	list.SetGroupVersionKind(ProvisioningRequestListGVK)
@@ -102,9 +108,11 @@ func (o *Operator) provisioning(ctx context.Context, pools []demand.Pool, maxOf 
 	}
 	var pps []provreq.Pool
 	managed := map[string]bool{}
-	for _, p := range pools {
-		pps = append(pps, provreq.Pool{Pool: p, Max: maxOf[p.Name]})
-		managed[p.Name] = true
+	for _, name := range slices.Sorted(maps.Keys(o.runners)) {
+		if r := o.runners[name]; !r.deleting && r.pool.Config.Name != "" {
+			pps = append(pps, provreq.Pool{Pool: r.pool.Demand(), Max: r.pool.Config.Nodes.Max})
+			managed[name] = true
+		}
 	}
 	onPools := func(n *corev1.Node) bool { return managed[n.Labels[demand.PoolLabel]] }
 	room := provreq.NewRoom(nodes, pods)
@@ -180,6 +188,8 @@ func (o *Operator) answer(ctx context.Context, rs requests, rep demand.Report) e
 	for _, it := range rs.items {
 		it.out.On(poolOf[it.req.Key()])
 		for _, c := range it.out.Changed {
+			o.log.Info("ProvisioningRequest", "request", it.req.Key(), "class", it.req.Class, "condition", c.Type,
+				"status", string(c.Status), "reason", c.Reason, "message", c.Message)
 			typ := corev1.EventTypeNormal
 			if (c.Type == provreq.Failed && c.Status == "True") || (c.Type == provreq.Accepted && c.Status == "False") {
 				typ = corev1.EventTypeWarning

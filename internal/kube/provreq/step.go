@@ -181,15 +181,18 @@ func Step(r *Request, in Input) Outcome {
 	return out
 }
 
-// On says, in a waiting atomic request's Provisioned condition, which
+// On says, in a waiting atomic request's Provisioned condition (and its
+// event), which
 // NodePool its nodes are bought on (the pass's demand report tells).
 func (o *Outcome) On(pool string) {
 	if o.State != StateWaiting || pool == "" {
 		return
 	}
-	for i := range o.Conditions {
-		if c := &o.Conditions[i]; c.Type == Provisioned && c.Reason == "ScalingUp" {
-			c.Message = fmt.Sprintf("%s on NodePool %s", c.Message, pool)
+	for _, cs := range [][]metav1.Condition{o.Conditions, o.Changed} {
+		for i := range cs {
+			if c := &cs[i]; c.Type == Provisioned && c.Reason == "ScalingUp" {
+				c.Message = fmt.Sprintf("%s on NodePool %s", c.Message, pool)
+			}
 		}
 	}
 }
