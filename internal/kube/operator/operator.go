@@ -134,6 +134,8 @@ type Operator struct {
 	unmatched map[types.UID]string
 	// unmodelled remembers the last NotModelled event message per pod.
 	unmodelled map[types.UID]string
+	// provreqForbidden: listing ProvisioningRequests was refused (said once).
+	provreqForbidden bool
 
 	mu sync.Mutex
 	// seen is when each pod was first seen unschedulable (by the informer

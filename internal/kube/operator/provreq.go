@@ -63,6 +63,14 @@ func (o *Operator) provisioning(ctx context.Context, nodes []*corev1.Node, pods 
 		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
 			return rs, nil // no ProvisioningRequest CRD: nothing to answer
 		}
+		if apierrors.IsForbidden(err) {
+			// RBAC from before tide answered them: say so once.
+			if !o.provreqForbidden {
+				o.provreqForbidden = true
+				o.log.Warn("ProvisioningRequests not answered: tide kube may not list them (apply the RBAC of `tide kube install`)", "err", err)
+			}
+			return rs, nil
+		}
 		return rs, fmt.Errorf("list ProvisioningRequests: %w", err)
 	}
 	type item struct {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tide-project/tide/deploy"
 	"github.com/tide-project/tide/internal/kube/kubetest"
 	"github.com/tide-project/tide/internal/kube/operator"
 	"github.com/tide-project/tide/internal/kube/provreq"
@@ -222,3 +227,53 @@ func TestLiveProvisioningRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveWithoutProvisioningRequestCRD: on a cluster without the
+// ProvisioningRequest CRD (tide kube installed before it shipped one),
+// tide kube scales as before and logs no failed pass.
+func TestLiveWithoutProvisioningRequestCRD(t *testing.T) {
+	c := kubetest.Start(t)
+	if err := c.Create(deploy.CRD); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &live{Cluster: c, cs: cs}
+	kubetest.Eventually(t, time.Minute, func() (bool, string) {
+		code, body, err := c.Do(http.MethodGet, "/apis/tide.dev/v1alpha1/nodepools", nil)
+		return err == nil && code == http.StatusOK, fmt.Sprintf("NodePool API not served: %d %s %v", code, body, err)
+	})
+	var logs strings.Builder
+	var mu sync.Mutex
+	l.options = func(o *operator.Options) {
+		o.Logger = slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logs.Write(b)
+		}), nil))
+	}
+	l.nodePool(t, "cpu", `{"nodes":{"min":0,"max":3},"provider":{"type":"kwok"},
+  "offerings":[{"type":"c4","cpu":"4","memory":"16Gi","price":0.2}],"node_labels":{"tier":"cpu"},
+  "scaling":{"policy":"tide","batch_window":"100ms"}}`)
+	l.runOperator(t, "replica-nocrd")
+	l.cpuPods(t, "plain", "cpu", 2)
+	l.boundNodes(t, "cpu", "plain", 2, time.Minute)
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "ProvisioningRequests not watched") {
+		t.Fatalf("tide kube's log does not say the CRD is absent:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "pass failed") || strings.Contains(logs.String(), "ProvisioningRequests not answered") {
+		t.Fatalf("tide kube's log without the CRD:\n%s", logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
