@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -99,6 +100,9 @@ func (o *Operator) provisioning(ctx context.Context, nodes []*corev1.Node, pods 
 	var tl corev1.PodTemplateList
 	if err := o.cfg.Client.List(ctx, &tl); err != nil {
 		return rs, fmt.Errorf("list PodTemplates: %w", err)
+	}
+	if err := o.resolvePriorities(ctx, tl.Items); err != nil {
+		o.log.Warn("PodTemplates' priority classes not read; their pods count at priority 0", "err", err)
 	}
 	templates := map[string]map[string]*corev1.PodTemplate{}
 	for i := range tl.Items {
@@ -233,4 +237,22 @@ func withoutStandIns(u []demand.Unmatched) []demand.Unmatched {
 		_, ok := provreq.StandIn(x.Namespace + "/" + x.Name)
 		return ok
 	})
+}
+
+// resolvePriorities gives the pass's templates (its own copies) the
+// priority of their PriorityClass (provreq.ResolvePriorities).
+func (o *Operator) resolvePriorities(ctx context.Context, templates []corev1.PodTemplate) error {
+	need := false
+	for i := range templates {
+		need = need || templates[i].Template.Spec.Priority == nil
+	}
+	if !need {
+		return nil
+	}
+	var pcl schedulingv1.PriorityClassList
+	if err := o.cfg.Client.List(ctx, &pcl); err != nil {
+		return err
+	}
+	provreq.ResolvePriorities(templates, pcl.Items)
+	return nil
 }

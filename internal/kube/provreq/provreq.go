@@ -26,6 +26,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -252,4 +253,33 @@ func Pods(r *Request, templates map[string]*corev1.PodTemplate, consumers []*cor
 
 func finished(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil
+}
+
+// ResolvePriorities sets the spec.priority of each template that has
+// none from its priorityClassName, or, without one, from the class that
+// is the cluster's global default, as admission does for a pod: a
+// request's pods are then bought for at their consumers' priority.
+// Templates naming a class that does not exist are left as they are.
+func ResolvePriorities(templates []corev1.PodTemplate, classes []schedulingv1.PriorityClass) {
+	byName := map[string]int32{}
+	var def *int32
+	for i := range classes {
+		pc := &classes[i]
+		byName[pc.Name] = pc.Value
+		if pc.GlobalDefault {
+			def = &pc.Value
+		}
+	}
+	for i := range templates {
+		s := &templates[i].Template.Spec
+		if s.Priority != nil {
+			continue
+		}
+		if v, ok := byName[s.PriorityClassName]; ok {
+			s.Priority = &v
+		} else if s.PriorityClassName == "" && def != nil {
+			v := *def
+			s.Priority = &v
+		}
+	}
 }

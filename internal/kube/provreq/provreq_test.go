@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -272,5 +273,37 @@ func TestNever(t *testing.T) {
 	}
 	if !Admitted(pools, mk(3, gpu8)) || Admitted(pools[2:], mk(1, gpu8)) {
 		t.Error("Admitted")
+	}
+}
+
+// Templates take their PriorityClass's value (or the global default's),
+// and the stand-ins carry it into the demand.
+func TestResolvePriorities(t *testing.T) {
+	withClass := func(name, class string) corev1.PodTemplate {
+		tp := *template(name, spec(gpu8, nil))
+		tp.Template.Spec.PriorityClassName = class
+		return tp
+	}
+	set := int32(7)
+	explicit := withClass("explicit", "high")
+	explicit.Template.Spec.Priority = &set
+	ts := []corev1.PodTemplate{withClass("high", "high"), withClass("plain", ""), withClass("ghost", "nope"), explicit}
+	ResolvePriorities(ts, []schedulingv1.PriorityClass{{ObjectMeta: metav1.ObjectMeta{Name: "high"}, Value: 1000},
+		{ObjectMeta: metav1.ObjectMeta{Name: "normal"}, Value: 10, GlobalDefault: true}})
+	want := []any{int32(1000), int32(10), nil, int32(7)}
+	for i, tp := range ts {
+		var got any
+		if p := tp.Template.Spec.Priority; p != nil {
+			got = *p
+		}
+		if got != want[i] {
+			t.Errorf("%s: priority %v, want %v", tp.Name, got, want[i])
+		}
+	}
+	r := &Request{Namespace: "ml", Name: "r", PodSets: []PodSet{{"high", 2}}}
+	pods, _, _ := Pods(r, map[string]*corev1.PodTemplate{"high": &ts[0]}, nil)
+	rep := demand.Compute([]demand.Pool{{Name: "gpu", Offerings: []capacity.Offering{g8}}}, nil, pods)
+	if pr := rep.Pressure["gpu"]; len(pr.Pending) != 1 || pr.Pending[0].Priority != 1000 {
+		t.Fatalf("pending %+v, want the gang at priority 1000", pr.Pending)
 	}
 }
