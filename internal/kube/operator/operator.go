@@ -363,6 +363,7 @@ func (o *Operator) Pass(ctx context.Context) error {
 	}
 	rep := demand.Compute(pools, nodes, counted)
 	rep.Unmatched, rep.Unmodelled = withoutStandIns(rep.Unmatched), withoutStandIns(rep.Unmodelled)
+	reqs.counted(rep)
 	byUID := map[string]*corev1.Pod{}
 	for _, p := range pods {
 		if demand.Unschedulable(p) {
@@ -400,11 +401,11 @@ func (o *Operator) Pass(ctx context.Context) error {
 		if err := o.runPool(ctx, r, now, rep.Pressure[name], byPool[name], podsOf); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
 		}
-		if err := o.consolidate(ctx, r, now, byPool[name], byNode, len(podsOf)); err != nil {
+		if err := o.consolidate(ctx, r, now, byPool[name], byNode, len(podsOf)+reqs.held[name]); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: consolidate: %w", name, err))
 		}
 	}
-	if err := o.answer(ctx, reqs, rep); err != nil {
+	if err := o.answer(ctx, reqs); err != nil {
 		errs = append(errs, err)
 	}
 	o.unmatchedEvents(rep.Unmatched, byUID)

@@ -38,7 +38,13 @@ type requests struct {
 	// claimed are the unschedulable pods consuming a live request: the
 	// request stands for them, they are not demand of their own.
 	claimed map[types.UID]bool
-	items   []*requestPass
+	// held counts, by pool, the requests whose capacity the pool is
+	// buying or holds booked: its consolidation moves nothing meanwhile
+	// (it would take that room or empty a booked Node).
+	held map[string]int
+	// poolOf is the pool a waiting atomic request's nodes are bought on.
+	poolOf map[string]string
+	items  []*requestPass
 }
 
 type requestPass struct {
@@ -57,7 +63,7 @@ type requestPass struct {
 // deleted, also one whose provider cannot be built right now: a passing
 // outage does not fail a request for good.
 func (o *Operator) provisioning(ctx context.Context, nodes []*corev1.Node, pods []*corev1.Pod) (requests, error) {
-	rs := requests{claimed: map[types.UID]bool{}}
+	rs := requests{claimed: map[types.UID]bool{}, held: map[string]int{}}
 	var list unstructured.UnstructuredList
 	list.SetGroupVersionKind(ProvisioningRequestListGVK)
 	if err := o.cfg.Client.List(ctx, &list); err != nil {
@@ -135,7 +141,7 @@ func (o *Operator) provisioning(ctx context.Context, nodes []*corev1.Node, pods 
 		cons := consumers[r.Key()]
 		rest, bound, missing := provreq.Pods(&r, templates[r.Namespace], cons)
 		in := provreq.Input{Now: now, Missing: missing, Bound: bound, Booking: o.cfg.Booking}
-		var book func()
+		var book func() []*corev1.Node
 		if missing == "" && !done(&r) {
 			all, _, _ := provreq.Pods(&r, templates[r.Namespace], nil)
 			if len(o.cfg.Pools) > 0 && !provreq.Admitted(pps, all) {
@@ -144,14 +150,20 @@ func (o *Operator) provisioning(ctx context.Context, nodes []*corev1.Node, pods 
 			on := onPools
 			if r.Class == provreq.ClassCheckCapacity {
 				on = nil // any Node's room answers a check
-			} else if !done(&r) && !isTrue(&r, provreq.Provisioned) {
+			} else if !isTrue(&r, provreq.Provisioned) {
 				in.Never = provreq.Never(pps, all)
 			}
 			book, in.Fits = room.Place(rest, on)
 		}
 		out := provreq.Step(&r, in)
 		if out.Book && book != nil {
-			book()
+			pools := map[string]bool{}
+			for _, n := range book() {
+				if p := n.Labels[demand.PoolLabel]; managed[p] && !pools[p] {
+					pools[p] = true
+					rs.held[p]++
+				}
+			}
 		}
 		if out.Demand {
 			rs.standIns = append(rs.standIns, rest...)
@@ -184,21 +196,28 @@ func isTrue(r *provreq.Request, typ string) bool {
 	return false
 }
 
-// answer writes each request's conditions (when they changed) and an
-// event per changed condition; rep tells on which pool a waiting atomic
-// request's nodes are bought.
-func (o *Operator) answer(ctx context.Context, rs requests, rep demand.Report) error {
-	poolOf := map[string]string{}
+// counted notes, from the pass's demand report, on which pool each
+// waiting atomic request's nodes are bought (its stand-ins are that pool's
+// demand).
+func (rs *requests) counted(rep demand.Report) {
+	rs.poolOf = map[string]string{}
 	for pool, keys := range rep.Pods {
 		for _, k := range keys {
-			if req, ok := provreq.StandIn(k); ok {
-				poolOf[req] = pool
+			if req, ok := provreq.StandIn(k); ok && rs.poolOf[req] == "" {
+				rs.poolOf[req] = pool
+				rs.held[pool]++ // being bought for
 			}
 		}
 	}
+}
+
+// answer writes each request's conditions (when they changed) and an
+// event per changed condition (a waiting atomic request's names the pool
+// its nodes are bought on: counted).
+func (o *Operator) answer(ctx context.Context, rs requests) error {
 	var errs []error
 	for _, it := range rs.items {
-		it.out.On(poolOf[it.req.Key()])
+		it.out.On(rs.poolOf[it.req.Key()])
 		for _, c := range it.out.Changed {
 			o.log.Info("ProvisioningRequest", "request", it.req.Key(), "class", it.req.Class, "condition", c.Type,
 				"status", string(c.Status), "reason", c.Reason, "message", c.Message)

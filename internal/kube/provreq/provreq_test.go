@@ -219,7 +219,9 @@ func TestRoom(t *testing.T) {
 	if _, ok := room.Place(mk(1, gpu4), nil); !ok {
 		t.Fatal("room booked before book() was called")
 	}
-	book()
+	if booked := book(); len(booked) != 2 || booked[0].Name != "a" || booked[1].Name != "b" {
+		t.Fatalf("booked %v, want a and b", booked)
+	}
 	if _, ok := room.Place(mk(1, gpu4), nil); ok {
 		t.Fatal("room left after booking all of it")
 	}

@@ -69,8 +69,8 @@ func usable(n *corev1.Node) bool {
 // pod's node selector, required node affinity and tolerations allow, and
 // where its requests fit: all of them or none. It reports whether they
 // fit, and returns the function that books that room (the room is
-// unchanged until it is called).
-func (r *Room) Place(pods []*corev1.Pod, on func(*corev1.Node) bool) (book func(), ok bool) {
+// unchanged until it is called) and returns the Nodes booked.
+func (r *Room) Place(pods []*corev1.Pod, on func(*corev1.Node) bool) (book func() []*corev1.Node, ok bool) {
 	free := map[*roomNode]capacity.Resources{}
 	type spot struct {
 		n   *roomNode
@@ -107,14 +107,19 @@ func (r *Room) Place(pods []*corev1.Pod, on func(*corev1.Node) bool) (book func(
 			}
 		}
 		if got == nil {
-			return func() {}, false
+			return func() []*corev1.Node { return nil }, false
 		}
 		at = append(at, spot{got, req})
 	}
-	return func() {
+	return func() []*corev1.Node {
+		var nodes []*corev1.Node
 		for _, s := range at {
 			s.n.free = s.n.free.Sub(s.req)
+			if !slices.Contains(nodes, s.n.node) {
+				nodes = append(nodes, s.n.node)
+			}
 		}
+		return nodes
 	}, true
 }
 
