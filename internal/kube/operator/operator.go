@@ -136,6 +136,9 @@ type Operator struct {
 	unmodelled map[types.UID]string
 	// provreqForbidden: listing ProvisioningRequests was refused (said once).
 	provreqForbidden bool
+	// consumerMsg remembers the last event message per pod consuming a
+	// ProvisioningRequest.
+	consumerMsg map[types.UID]string
 
 	mu sync.Mutex
 	// seen is when each pod was first seen unschedulable (by the informer
@@ -175,7 +178,8 @@ func New(cfg Config) (*Operator, error) {
 		return nil, err
 	}
 	return &Operator{cfg: cfg, clk: cfg.Clock, log: cfg.Logger, metrics: m, runners: map[string]*runner{},
-		poke: make(chan struct{}, 1), unmatched: map[types.UID]string{}, unmodelled: map[types.UID]string{}, seen: map[types.UID]*seenPod{}}, nil
+		poke: make(chan struct{}, 1), unmatched: map[types.UID]string{}, unmodelled: map[types.UID]string{}, seen: map[types.UID]*seenPod{},
+		consumerMsg: map[types.UID]string{}}, nil
 }
 
 // Poke asks for a pass soon (after the batching delay). Safe for concurrent use.

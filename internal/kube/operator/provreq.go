@@ -51,6 +51,9 @@ type requestPass struct {
 	obj *unstructured.Unstructured
 	req provreq.Request
 	out provreq.Outcome
+	// waiting are its claimed consumers (unschedulable, not demand of
+	// their own).
+	waiting []*corev1.Pod
 }
 
 // provisioning reads the ProvisioningRequests tide answers and steps each
@@ -168,15 +171,19 @@ func (o *Operator) provisioning(ctx context.Context, nodes []*corev1.Node, pods 
 		if out.Demand {
 			rs.standIns = append(rs.standIns, rest...)
 		}
+		var waiting []*corev1.Pod
 		if out.Claims {
 			for _, p := range cons {
 				if p.Spec.NodeName == "" {
 					rs.claimed[p.UID] = true
+					if demand.Unschedulable(p) {
+						waiting = append(waiting, p)
+					}
 				}
 			}
 		}
 		states[[2]string{r.Class, out.State}]++
-		rs.items = append(rs.items, &requestPass{obj: it.obj, req: r, out: out})
+		rs.items = append(rs.items, &requestPass{obj: it.obj, req: r, out: out, waiting: waiting})
 	}
 	o.metrics.requests(states)
 	return rs, nil
@@ -216,8 +223,20 @@ func (rs *requests) counted(rep demand.Report) {
 // its nodes are bought on: counted).
 func (o *Operator) answer(ctx context.Context, rs requests) error {
 	var errs []error
+	live := map[types.UID]bool{}
 	for _, it := range rs.items {
 		it.out.On(rs.poolOf[it.req.Key()])
+		// Its waiting consumers are told why nothing is bought for them
+		// alone, once per state of the request.
+		for _, p := range it.waiting {
+			live[p.UID] = true
+			msg := fmt.Sprintf("tide: this pod consumes ProvisioningRequest %s (%s): its capacity is bought and booked for the request, not for the pod alone",
+				it.req.Name, it.out.State)
+			if o.consumerMsg[p.UID] != msg {
+				o.consumerMsg[p.UID] = msg
+				o.event(p, corev1.EventTypeNormal, "ConsumesProvisioningRequest", msg)
+			}
+		}
 		for _, c := range it.out.Changed {
 			o.log.Info("ProvisioningRequest", "request", it.req.Key(), "class", it.req.Class, "condition", c.Type,
 				"status", string(c.Status), "reason", c.Reason, "message", c.Message)
@@ -245,6 +264,11 @@ func (o *Operator) answer(ctx context.Context, rs requests) error {
 		u.SetName(it.req.Name)
 		if err := o.cfg.Client.Status().Patch(ctx, u, client.RawPatch(types.MergePatchType, body)); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("ProvisioningRequest %s: write status: %w", it.req.Key(), err))
+		}
+	}
+	for uid := range o.consumerMsg {
+		if !live[uid] {
+			delete(o.consumerMsg, uid)
 		}
 	}
 	return errors.Join(errs...)

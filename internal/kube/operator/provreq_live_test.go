@@ -180,6 +180,11 @@ func TestLiveProvisioningRequests(t *testing.T) {
 	if ev := l.events(t, "default", "ProvisioningRequest", "CapacityProvisioned"); len(ev) == 0 {
 		t.Fatal("no CapacityProvisioned event on the request")
 	}
+	if ev := l.events(t, "default", "Pod", "ConsumesProvisioningRequest"); len(ev) == 0 {
+		t.Fatal("no waiting consumer was told it consumes the request")
+	} else {
+		t.Logf("consumer event: %s", ev[0].Message)
+	}
 	t.Logf("train: targets %v, Provisioned: %s", targets, l.requestConditions(t, "train")[provreq.Provisioned].Message)
 
 	// check-capacity: no room, nothing bought; room, True.
