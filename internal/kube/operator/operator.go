@@ -362,8 +362,8 @@ func (o *Operator) Pass(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	counted := pods
-	if len(reqs.standIns) > 0 || len(reqs.claimed) > 0 {
-		counted = append(slices.Clone(reqs.standIns), slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return reqs.claimed[p.UID] })...)
+	if len(reqs.StandIns) > 0 || len(reqs.Claimed) > 0 {
+		counted = append(slices.Clone(reqs.StandIns), slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return reqs.Claimed[p.UID] })...)
 	}
 	rep := demand.Compute(pools, nodes, counted)
 	rep.Unmatched, rep.Unmodelled = withoutStandIns(rep.Unmatched), withoutStandIns(rep.Unmodelled)
@@ -405,7 +405,7 @@ func (o *Operator) Pass(ctx context.Context) error {
 		if err := o.runPool(ctx, r, now, rep.Pressure[name], byPool[name], podsOf); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
 		}
-		if err := o.consolidate(ctx, r, now, byPool[name], byNode, len(podsOf)+reqs.held[name]); err != nil {
+		if err := o.consolidate(ctx, r, now, byPool[name], byNode, len(podsOf)+reqs.Held[name]); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: consolidate: %w", name, err))
 		}
 	}
