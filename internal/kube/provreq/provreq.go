@@ -79,20 +79,28 @@ const BookingTime = 10 * time.Minute
 // PodSet is one group of a request's pods: count pods like the PodTemplate
 // named Template (in the request's namespace).
 type PodSet struct {
+	// Template names the PodTemplate (spec.podSets[].podTemplateRef.name).
 	Template string
-	Count    int
+	// Count is how many pods like it (spec.podSets[].count).
+	Count int
 }
 
 // Request is a ProvisioningRequest as tide reads it.
 type Request struct {
+	// Namespace, Name, UID and Generation are the object's.
 	Namespace, Name string
 	UID             types.UID
 	Generation      int64
-	Created         time.Time
-	Class           string
-	PodSets         []PodSet
-	Parameters      map[string]string
-	Conditions      []metav1.Condition
+	// Created is its creation time: requests are answered in that order.
+	Created time.Time
+	// Class is spec.provisioningClassName.
+	Class string
+	// PodSets are spec.podSets.
+	PodSets []PodSet
+	// Parameters are spec.parameters.
+	Parameters map[string]string
+	// Conditions are status.conditions as read.
+	Conditions []metav1.Condition
 }
 
 // Key is "namespace/name".
