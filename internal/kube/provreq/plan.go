@@ -34,6 +34,7 @@ type PlanInput struct {
 
 // Planned is one request's outcome in a pass.
 type Planned struct {
+	// Request is the request as read; Outcome what the pass does about it.
 	Request Request
 	Outcome Outcome
 	// Waiting are its consumers it claims that wait unschedulable.
