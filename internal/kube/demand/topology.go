@@ -508,13 +508,14 @@ func (w *world) hasRoom(p *Pool, pod *corev1.Pod) bool {
 	return false
 }
 
-// placeAll places every one of pods (each requesting req) in the room
-// left on p's Nodes (first fit, their node selectors honoured) if all of
-// them fit, and else leaves the room as it was.
-func (w *world) placeAll(p *Pool, pods []*corev1.Pod, req capacity.Resources) bool {
+// placeAll places every one of pods (pod i requesting reqs[i]) in the
+// room left on p's Nodes (first fit, their node selectors honoured) if all
+// of them fit, and else leaves the room as it was.
+func (w *world) placeAll(p *Pool, pods []*corev1.Pod, reqs []capacity.Resources) bool {
 	free := map[*simNode]capacity.Resources{}
 	at := make([]*simNode, 0, len(pods))
-	for _, pod := range pods {
+	for i, pod := range pods {
+		req := reqs[i]
 		var got *simNode
 		for _, n := range w.nodes {
 			if !n.room || n.node.Labels[PoolLabel] != p.Name || labelsMatch(pod, n.node.Labels) != "" {
@@ -535,9 +536,9 @@ func (w *world) placeAll(p *Pool, pods []*corev1.Pod, req capacity.Resources) bo
 		at = append(at, got)
 	}
 	for i, n := range at {
-		n.free = n.free.Sub(req)
+		n.free = n.free.Sub(reqs[i])
 		n.add(pods[i])
-		n.cn.Running = append(n.cn.Running, capacity.Instance{Requests: req})
+		n.cn.Running = append(n.cn.Running, capacity.Instance{Requests: reqs[i]})
 	}
 	return true
 }

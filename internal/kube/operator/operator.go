@@ -116,6 +116,10 @@ type Config struct {
 	Kube kubernetes.Interface
 	// Join says how those machines join (join.go).
 	Join NodeJoin
+	// Booking is how long capacity found or bought for a
+	// ProvisioningRequest stays booked for its pods (0:
+	// provreq.BookingTime).
+	Booking time.Duration
 }
 
 // Operator runs every NodePool; see the package doc.
@@ -130,6 +134,11 @@ type Operator struct {
 	unmatched map[types.UID]string
 	// unmodelled remembers the last NotModelled event message per pod.
 	unmodelled map[types.UID]string
+	// provreqForbidden: listing ProvisioningRequests was refused (said once).
+	provreqForbidden bool
+	// consumerMsg remembers the last event message per pod consuming a
+	// ProvisioningRequest.
+	consumerMsg map[types.UID]string
 
 	mu sync.Mutex
 	// seen is when each pod was first seen unschedulable (by the informer
@@ -172,7 +181,8 @@ func New(cfg Config) (*Operator, error) {
 		return nil, err
 	}
 	return &Operator{cfg: cfg, clk: cfg.Clock, log: cfg.Logger, metrics: m, runners: map[string]*runner{},
-		poke: make(chan struct{}, 1), unmatched: map[types.UID]string{}, unmodelled: map[types.UID]string{}, seen: map[types.UID]*seenPod{}}, nil
+		poke: make(chan struct{}, 1), unmatched: map[types.UID]string{}, unmodelled: map[types.UID]string{}, seen: map[types.UID]*seenPod{},
+		consumerMsg: map[types.UID]string{}}, nil
 }
 
 // Poke asks for a pass soon (after the batching delay). Safe for concurrent use.
@@ -372,7 +382,21 @@ func (o *Operator) Pass(ctx context.Context) error {
 		o.mu.Unlock()
 		modelled = demand.WithDevices(pods, c, pools)
 	}
-	rep := demand.Compute(pools, nodes, modelled)
+	// ProvisioningRequests (provreq.go): atomic ones add the pods that
+	// stand for them (first: they book room before other waiting pods),
+	// and the pods consuming a live request are not demand of their own.
+	var errs []error
+	reqs, err := o.provisioning(ctx, nodes, pods)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	counted := modelled
+	if len(reqs.StandIns) > 0 || len(reqs.Claimed) > 0 {
+		counted = append(slices.Clone(reqs.StandIns), slices.DeleteFunc(slices.Clone(modelled), func(p *corev1.Pod) bool { return reqs.Claimed[p.UID] })...)
+	}
+	rep := demand.Compute(pools, nodes, counted)
+	rep.Unmatched, rep.Unmodelled = withoutStandIns(rep.Unmatched), withoutStandIns(rep.Unmodelled)
+	reqs.counted(rep)
 	byUID := map[string]*corev1.Pod{}
 	for _, p := range pods {
 		if demand.Unschedulable(p) {
@@ -399,12 +423,13 @@ func (o *Operator) Pass(ctx context.Context) error {
 			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
 		}
 	}
-	var errs []error
 	for _, name := range names {
 		r := o.runners[name]
 		var podsOf []*corev1.Pod
 		for _, key := range rep.Pods[name] {
-			podsOf = append(podsOf, byUID[key])
+			if p := byUID[key]; p != nil { // not a request's stand-in
+				podsOf = append(podsOf, p)
+			}
 		}
 		if r.slots != nil {
 			r.slots.set(rep.Slots[name])
@@ -412,9 +437,12 @@ func (o *Operator) Pass(ctx context.Context) error {
 		if err := o.runPool(ctx, r, now, rep.Pressure[name], byPool[name], podsOf); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
 		}
-		if err := o.consolidate(ctx, r, now, byPool[name], byNode, len(podsOf)); err != nil {
+		if err := o.consolidate(ctx, r, now, byPool[name], byNode, len(podsOf)+reqs.Held[name]); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: consolidate: %w", name, err))
 		}
+	}
+	if err := o.answer(ctx, reqs); err != nil {
+		errs = append(errs, err)
 	}
 	o.unmatchedEvents(rep.Unmatched, byUID)
 	o.metrics.unmatched.Set(float64(len(rep.Unmatched)))
