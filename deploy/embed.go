@@ -1,5 +1,5 @@
 // Package deploy holds what installs tide: the Kubernetes manifests of
-// tide's Kubernetes mode (the NodePool CRD, the RBAC of the controller, its
+// tide's Kubernetes mode (the NodePool CRD, the ProvisioningRequest CRD, the RBAC of the controller, its
 // Deployment; kustomization.yaml gathers them), embedded so that `tide kube
 // install` prints exactly the files shipped here; the systemd units
 // (systemd/), the .deb/.rpm configuration (package/) and, in grafana/, the
@@ -16,15 +16,25 @@ import (
 //go:embed crd-nodepool.yaml
 var CRD []byte
 
+// ProvisioningRequestCRD is Cluster Autoscaler's ProvisioningRequest
+// CustomResourceDefinition (autoscaling.x-k8s.io, same schema), which tide
+// kube answers (crd-provisioningrequest.yaml).
+//
+//go:embed crd-provisioningrequest.yaml
+var ProvisioningRequestCRD []byte
+
 // RBAC is the namespace, service account, roles and bindings of the
 // controller (rbac.yaml).
 //
 //go:embed rbac.yaml
 var RBAC []byte
 
-// All returns every manifest as one multi-document YAML stream, CRD first.
+// All returns every manifest as one multi-document YAML stream, the CRDs
+// first.
 func All() []byte {
 	out := append([]byte{}, CRD...)
+	out = append(out, "---\n"...)
+	out = append(out, ProvisioningRequestCRD...)
 	out = append(out, "---\n"...)
 	return append(out, RBAC...)
 }

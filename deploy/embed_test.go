@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tide-project/tide/internal/config"
+	"github.com/tide-project/tide/internal/kube/provreq"
 )
 
 // jsonFields returns the JSON names of t's fields.
@@ -94,10 +95,54 @@ func TestAllIsValidYAMLStream(t *testing.T) {
 		}
 		kinds = append(kinds, obj.Kind)
 	}
-	want := []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+	want := []string{"CustomResourceDefinition", "CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
 		// kubelet NodePools: the bootstrap tokens' Role in kube-system, and kubeadm's TLS bootstrap bindings
 		"Role", "RoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("kinds = %v, want %v", kinds, want)
+	}
+}
+
+// TestProvisioningRequestCRD: the CRD serves what internal/kube/provreq
+// reads, under Cluster Autoscaler's names (group, kind, plural, v1 stored,
+// v1beta1 served), so either CRD serves tide.
+func TestProvisioningRequestCRD(t *testing.T) {
+	var crd map[string]any
+	if err := yaml.Unmarshal(ProvisioningRequestCRD, &crd); err != nil {
+		t.Fatal(err)
+	}
+	s := get(t, crd, "spec")
+	names := get(t, s, "names")
+	if s["group"] != provreq.Group || names["kind"] != provreq.Kind || names["plural"] != provreq.Resource || s["scope"] != "Namespaced" ||
+		get(t, crd, "metadata")["name"] != provreq.Resource+"."+provreq.Group {
+		t.Fatalf("names %v in group %v", names, s["group"])
+	}
+	versions := s["versions"].([]any)
+	if len(versions) != 2 {
+		t.Fatalf("%d versions, want v1 and v1beta1", len(versions))
+	}
+	for i, want := range []string{provreq.Version, "v1beta1"} {
+		v := versions[i].(map[string]any)
+		if v["name"] != want || v["served"] != true || v["storage"] != (i == 0) {
+			t.Fatalf("version %d: %v", i, v)
+		}
+		if _, ok := get(t, v, "subresources")["status"]; !ok {
+			t.Fatalf("version %s has no status subresource", want)
+		}
+		props := get(t, v, "schema", "openAPIV3Schema", "properties")
+		spec := get(t, props, "spec", "properties")
+		if got := keys(spec); !slices.Equal(got, []string{"parameters", "podSets", "provisioningClassName"}) {
+			t.Errorf("%s spec properties %v", want, got)
+		}
+		item := get(t, spec, "podSets", "items", "properties")
+		if got := keys(item); !slices.Equal(got, []string{"count", "podTemplateRef"}) {
+			t.Errorf("%s podSets[] properties %v", want, got)
+		}
+		if _, ok := get(t, item, "podTemplateRef", "properties")["name"]; !ok {
+			t.Errorf("%s podTemplateRef lacks name", want)
+		}
+		if got := keys(get(t, props, "status", "properties")); !slices.Equal(got, []string{"conditions", "provisioningClassDetails"}) {
+			t.Errorf("%s status properties %v", want, got)
+		}
 	}
 }

@@ -265,9 +265,10 @@ func TestImage(t *testing.T) {
 		return data
 	}
 	type desc struct {
-		MediaType string `json:"mediaType"`
-		Digest    string `json:"digest"`
-		Platform  *struct {
+		MediaType   string            `json:"mediaType"`
+		Digest      string            `json:"digest"`
+		Annotations map[string]string `json:"annotations"`
+		Platform    *struct {
 			OS           string `json:"os"`
 			Architecture string `json:"architecture"`
 		} `json:"platform"`
@@ -280,10 +281,16 @@ func TestImage(t *testing.T) {
 		}
 	}
 	decode(files["index.json"], &index)
-	// layout.Write puts the multi-architecture index in index.json.
-	if len(index.Manifests) == 1 && strings.HasSuffix(index.Manifests[0].MediaType, "index.v1+json") {
-		decode(blob(index.Manifests[0].Digest), &index)
+	// The multi-architecture index is the one entry of index.json, named
+	// (scripts/release --image-ref) so that `ctr images import` names it.
+	if len(index.Manifests) != 1 || !strings.HasSuffix(index.Manifests[0].MediaType, "index.v1+json") {
+		t.Fatalf("index.json: %+v, want one entry, the multi-architecture index", index.Manifests)
 	}
+	want := "localhost/tide/tide:" + version
+	if a := index.Manifests[0].Annotations; a["org.opencontainers.image.ref.name"] != want || a["io.containerd.image.name"] != want {
+		t.Fatalf("index.json entry annotations %v, want the image named %s", a, want)
+	}
+	decode(blob(index.Manifests[0].Digest), &index)
 	var manifest struct {
 		Config desc
 		Layers []desc

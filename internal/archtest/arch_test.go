@@ -32,6 +32,7 @@ var purePackages = []string{
 	"internal/submit",
 	"internal/kube/demand",
 	"internal/kube/drain",
+	"internal/kube/provreq",
 	"internal/routing",
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/tide-project/tide/internal/kube/kubelet"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
 	"github.com/tide-project/tide/internal/kube/operator"
+	"github.com/tide-project/tide/internal/kube/provreq"
 )
 
 func newKubeCmd(s Streams) *cobra.Command {
@@ -53,6 +54,7 @@ Then run the controller (two replicas: one holds the Lease and acts):
 	f.StringVar(&o.LocalRoot, "local-root", "", "directory of the machines of local and netns NodePools, which run on this host (one subdirectory per NodePool)")
 	f.StringVar(&o.NodeServer, "node-apiserver", "", "apiserver URL the machines of non-kwok NodePools join at (default: the one tide kube uses)")
 	f.StringVar(&o.NodeCA, "node-ca", "", "PEM file of the CA the machines of non-kwok NodePools verify --node-apiserver with (default: tide kube's own CA and verification)")
+	f.DurationVar(&o.Booking, "provisioning-booking", provreq.BookingTime, "how long capacity found or bought for a ProvisioningRequest stays booked for the pods that consume it")
 	f.StringSliceVar(&o.Pools, "pools", nil, "act on these NodePools only (comma-separated names; default: every NodePool)")
 	f.BoolVar(&debug, "debug", false, "log at debug level (--log-level debug)")
 	lf.register(cmd)

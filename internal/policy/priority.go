@@ -139,10 +139,24 @@ func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.P
 	// k is the longest run that fits (fits(0) holds); the next group,
 	// unless a gang, is bought for in part (the policy clamps its
 	// purchase to the max).
+	if k >= len(order) {
+		return pend
+	}
 	if order[k].Gang == "" {
 		k++
 	}
-	return order[:k]
+	// A gang may be several groups (a ProvisioningRequest's pod sets of
+	// different shapes): one cut off in part is left out whole.
+	cut := map[string]bool{}
+	for _, g := range order[k:] {
+		if g.Gang != "" {
+			cut[g.Gang] = true
+		}
+	}
+	if len(cut) == 0 {
+		return order[:k]
+	}
+	return slices.DeleteFunc(order[:k], func(g capacity.Pending) bool { return cut[g.Gang] })
 }
 
 // GangFitsMax reports whether gang g fits an empty pool of cfg's max

@@ -108,6 +108,29 @@ func TestGangAboveMaxBuysNothing(t *testing.T) {
 	}
 }
 
+// A gang of several groups (pod sets of different shapes) cut by the max
+// is left out whole, never bought for in part.
+func TestGangOfSeveralGroupsAtMax(t *testing.T) {
+	cfg := tideConfig(t, capacity.Elastic(0, 3), []capacity.Offering{g8})
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Input{Now: tideT0, State: waited, Pressure: capacity.Pressure{Pending: []capacity.Pending{
+		{Requests: gpu(8), Count: 1, Priority: 5},
+		{Requests: gpu(8), Count: 2, Gang: "mixed"},
+		{Requests: gpu(6), Count: 2, Gang: "mixed"},
+	}}}
+	if d := p.Decide(in); d.Desired != 1 {
+		t.Fatalf("desired %d (%s), want 1: the 4-node gang does not fit the 2 nodes left, not even its first group", d.Desired, d.Reason)
+	}
+	in.Pressure.Pending = in.Pressure.Pending[1:]
+	in.Pressure.Pending[1].Count = 1
+	if d := p.Decide(in); d.Desired != 3 {
+		t.Fatalf("desired %d (%s), want the whole 3-node gang", d.Desired, d.Reason)
+	}
+}
+
 // A gang that no pool of max nodes could hold is never bought for, and
 // holds up no work of lower priority: that work is bought for as if the
 // gang were not there. A gang that only waits for room does hold it up.

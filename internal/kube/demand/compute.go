@@ -85,7 +85,8 @@ func Augment(offs []capacity.Offering, slots []Slot) []capacity.Offering {
 //     spread fills its zones evenly).
 //
 // A pod whose rules tide cannot model (another topology key, a namespace
-// selector, a non-self anti-affinity with other waiting pods, DRA claims)
+// selector, a non-self anti-affinity with other waiting pods, DRA claims
+// that WithDevices did not turn into device requests)
 // is counted by its requests alone and listed in Report.Unmodelled; one no
 // pool can serve is in Report.Unmatched with the reason of each pool. The
 // result is deterministic.
@@ -376,23 +377,53 @@ func gangsOf(pods []*corev1.Pod) map[string]*gangDemand {
 
 // gang counts gang g's unschedulable pods (at least its declared size
 // less its bound pods, so that members not marked unschedulable yet are
-// bought for in the same purchase) as one demand of one pool: the first
-// that admits its first pod and has room on its Nodes for every one of
-// them (they are about to be scheduled there), else the one routing
-// prefers among those that admit it, where all of them are demand (no part
-// takes room, none is left out). A gang is counted by its requests: the
+// bought for in the same purchase, with the first pod's requests) as one
+// demand of one pool: the first that admits every one of its pods and has
+// room on its Nodes for all of them (they are about to be scheduled
+// there), else the one routing prefers among those that admit them all,
+// where all of them are demand (no part takes room, none is left out). Its
+// pods may differ (a ProvisioningRequest's pod sets): each distinct shape
+// is one pending group of the gang. A gang is counted by its requests: the
 // placement rules of its pods are not modelled (Report.Unmodelled says so
-// when they have any). Members no pool admits are unmatched.
+// when they have any). When no pool admits every member, all of them are
+// unmatched.
 func (rep *Report) gang(w *world, ps []*Pool, gd *gangDemand, g string, counted, joined map[string]capacity.Resources,
 	add func(pool string, req capacity.Resources, prio int, gang string, n int)) {
 	if gd == nil || len(gd.pods) == 0 {
 		return
 	}
 	first := gd.pods[0]
+	// Distinct members are checked once: pods of one template share
+	// their requests, selectors and tolerations.
+	type shape struct {
+		pod *corev1.Pod
+		req capacity.Resources
+		n   int
+	}
+	var shapes []*shape
+	byKey := map[string]*shape{}
+	reqs := make([]capacity.Resources, len(gd.pods))
+	for i, pod := range gd.pods {
+		reqs[i] = Requests(pod)
+		key := memberKey(pod, reqs[i])
+		s := byKey[key]
+		if s == nil {
+			s = &shape{pod: pod, req: reqs[i]}
+			byKey[key] = s
+			shapes = append(shapes, s)
+		}
+		s.n++
+	}
 	var why []string
 	var fit []*Pool
 	for _, p := range ps {
-		if _, reason := Allowed(p, first); reason != "" {
+		reason := ""
+		for _, s := range shapes {
+			if _, reason = Allowed(p, s.pod); reason != "" {
+				break
+			}
+		}
+		if reason != "" {
 			why = append(why, fmt.Sprintf("pool %s: %s", p.Name, reason))
 			continue
 		}
@@ -407,24 +438,55 @@ func (rep *Report) gang(w *world, ps []*Pool, gd *gangDemand, g string, counted,
 		}
 		return
 	}
-	req := Requests(first)
-	n := max(len(gd.pods), gd.size-gd.bound)
-	if r := parseRules(first); !r.none() {
+	extra := max(0, gd.size-gd.bound-len(gd.pods)) // members not seen yet
+	for _, s := range shapes {
+		if r := parseRules(s.pod); r.none() {
+			continue
+		}
 		for _, pod := range gd.pods {
 			rep.Unmodelled = append(rep.Unmodelled, Unmatched{Namespace: pod.Namespace, Name: pod.Name,
 				Reason: "counted by its requests alone: the placement rules of a gang's pods are not modelled"})
 		}
+		break
 	}
-	if n == len(gd.pods) {
+	if extra == 0 {
 		for _, p := range fit {
-			if w.placeAll(p, gd.pods, req) {
+			if w.placeAll(p, gd.pods, reqs) {
 				return
 			}
 		}
 	}
-	p := choose(fit, req.Scale(int64(n)), counted, joined)
-	add(p.Name, req, Priority(first), g, n)
+	total := shapes[0].req.Scale(int64(extra))
+	for _, s := range shapes {
+		total = total.Add(s.req.Scale(int64(s.n)))
+	}
+	p := choose(fit, total, counted, joined)
+	for i, s := range shapes {
+		n := s.n
+		if i == 0 {
+			n += extra
+		}
+		add(p.Name, s.req, Priority(first), g, n)
+	}
 	for _, pod := range gd.pods {
 		rep.Pods[p.Name] = append(rep.Pods[p.Name], pod.Namespace+"/"+pod.Name)
 	}
+}
+
+// memberKey tells apart the gang members that matching and packing may
+// treat differently: their requests, node selector, affinity and
+// tolerations.
+func memberKey(pod *corev1.Pod, req capacity.Resources) string {
+	var b strings.Builder
+	b.WriteString(req.String())
+	for _, k := range slices.Sorted(maps.Keys(pod.Spec.NodeSelector)) {
+		fmt.Fprintf(&b, "|%s=%s", k, pod.Spec.NodeSelector[k])
+	}
+	if pod.Spec.Affinity != nil {
+		fmt.Fprintf(&b, "|%v", pod.Spec.Affinity.String())
+	}
+	for _, t := range pod.Spec.Tolerations {
+		fmt.Fprintf(&b, "|%s", t.String())
+	}
+	return b.String()
 }

@@ -193,7 +193,8 @@ func extended(name corev1.ResourceName) bool {
 }
 
 // ResourceList converts tide resources back to a Kubernetes resource list
-// (for the Node objects a provider creates).
+// (for the Node objects a provider creates). DRA device counts
+// (DeviceClassPrefix) are left out: a Node does not advertise them.
 func ResourceList(r capacity.Resources) corev1.ResourceList {
 	l := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(r.MilliCPU, resource.DecimalSI),
@@ -203,6 +204,9 @@ func ResourceList(r capacity.Resources) corev1.ResourceList {
 		l[GPUResource] = *resource.NewQuantity(r.GPUs, resource.DecimalSI)
 	}
 	for k, v := range r.Extended {
+		if strings.HasPrefix(k, DeviceClassPrefix) {
+			continue // DRA devices: a driver's ResourceSlices, not the Node's resources
+		}
 		l[corev1.ResourceName(k)] = *resource.NewQuantity(v, resource.DecimalSI)
 	}
 	return l

@@ -64,3 +64,31 @@ func TestComputeGangsAndPriorities(t *testing.T) {
 		t.Fatalf("pending %+v, want 2 for the gang's rest", pr.Pending)
 	}
 }
+
+// A gang's members may differ (a ProvisioningRequest's pod sets): it
+// takes room only when every member fits there, else each shape is one
+// pending group of the gang, all on one pool.
+func TestComputeMixedGang(t *testing.T) {
+	pools := []Pool{{Name: "gpu"}}
+	g8 := rl("cpu", "32", "memory", "256Gi", "nvidia.com/gpu", "8")
+	four := rl("cpu", "1", "memory", "1Gi", "nvidia.com/gpu", "4")
+	two := rl("cpu", "1", "memory", "1Gi", "nvidia.com/gpu", "2")
+	nodes := []*corev1.Node{node("gpu-0", "gpu", 0, g8)}
+	fits := []*corev1.Pod{pod("m-0", four, inGang("mix", "")), pod("m-1", two, inGang("mix", "")), pod("m-2", two, inGang("mix", ""))}
+	if rep := Compute(pools, nodes, fits); len(rep.Pressure["gpu"].Pending) != 0 || len(rep.Pods["gpu"]) != 0 {
+		t.Fatalf("pending %+v for a mixed gang that fits the room", rep.Pressure["gpu"].Pending)
+	}
+	over := append(fits, pod("m-3", four, inGang("mix", "")))
+	rep := Compute(pools, nodes, over)
+	pr := rep.Pressure["gpu"]
+	got := map[int64]int{}
+	for _, p := range pr.Pending {
+		if p.Gang != "default/mix" {
+			t.Fatalf("pending %+v outside the gang", p)
+		}
+		got[p.Requests.GPUs] += p.Count
+	}
+	if len(pr.Pending) != 2 || got[4] != 2 || got[2] != 2 || len(rep.Pods["gpu"]) != 4 {
+		t.Fatalf("pending %+v, pods %v: want the gang whole as 2 × 4 GPUs + 2 × 2 GPUs", pr.Pending, rep.Pods["gpu"])
+	}
+}

@@ -200,7 +200,11 @@ func parseRules(pod *corev1.Pod) rules {
 		r.spread = append(r.spread, s)
 	}
 	if len(pod.Spec.ResourceClaims) > 0 {
-		r.unmodelled = append(r.unmodelled, "dynamic resource claims (DRA): their devices are not counted")
+		why := "their devices are not counted"
+		if d := draReason(pod); d != "" {
+			why = "their devices are not counted: " + d
+		}
+		r.unmodelled = append(r.unmodelled, "dynamic resource claims (DRA): "+why)
 	}
 	return r
 }
@@ -352,8 +356,11 @@ func count(s *spreadRule, pods []*corev1.Pod) int {
 }
 
 // zoneCounts returns s's matching pods by zone over its domains: the zones
-// of the eligible Nodes and the extra zones given (a pool's offerings').
-func (w *world) zoneCounts(s *spreadRule, pod *corev1.Pod, extra []string) map[string]int {
+// of the eligible Nodes, the extra zones given (a pool's offerings') and,
+// when like is a Node, the zones this pass put pods of like's pool on new
+// nodes in (they will be Nodes like it, in that zone: domains to
+// kube-scheduler once they register).
+func (w *world) zoneCounts(s *spreadRule, pod *corev1.Pod, extra []string, like *simNode) map[string]int {
 	c := map[string]int{}
 	for _, z := range extra {
 		if z != "" {
@@ -367,12 +374,37 @@ func (w *world) zoneCounts(s *spreadRule, pod *corev1.Pod, extra []string) map[s
 		}
 		c[z] += count(s, n.pods)
 	}
+	if like != nil {
+		pool := like.node.Labels[PoolLabel]
+		seen := map[string]bool{}
+		for _, f := range w.fresh {
+			if _, ok := c[f.zone]; ok || f.zone == "" || f.pool != pool || seen[f.zone] {
+				continue
+			}
+			seen[f.zone] = true
+			if eligible(s, pod, like.inZone(f.zone)) {
+				c[f.zone] += 0
+			}
+		}
+	}
 	for _, f := range w.fresh {
 		if _, ok := c[f.zone]; ok && s.matches(f.pod) {
 			c[f.zone]++
 		}
 	}
 	return c
+}
+
+// inZone is a Node like n (labels, taints) in zone z, for eligibility
+// checks of a new node of n's pool there.
+func (n *simNode) inZone(z string) *simNode {
+	nd := &corev1.Node{Spec: corev1.NodeSpec{Taints: n.node.Spec.Taints}}
+	nd.Labels = make(map[string]string, len(n.node.Labels))
+	for k, v := range n.node.Labels {
+		nd.Labels[k] = v
+	}
+	nd.Labels[corev1.LabelTopologyZone] = z
+	return &simNode{node: nd}
 }
 
 // minOf is the global minimum of a spread's counts (0 when fewer domains
@@ -451,7 +483,7 @@ func (w *world) allows(n *simNode, pod *corev1.Pod, r *rules) string {
 			if z == "" {
 				return "topology spread by zone: the node has no zone"
 			}
-			c := w.zoneCounts(s, pod, nil)
+			c := w.zoneCounts(s, pod, nil, n)
 			if c[z]+1-minOf(c, s.minDomains) > s.skew {
 				return "topology spread by zone"
 			}
@@ -476,13 +508,14 @@ func (w *world) hasRoom(p *Pool, pod *corev1.Pod) bool {
 	return false
 }
 
-// placeAll places every one of pods (each requesting req) in the room
-// left on p's Nodes (first fit, their node selectors honoured) if all of
-// them fit, and else leaves the room as it was.
-func (w *world) placeAll(p *Pool, pods []*corev1.Pod, req capacity.Resources) bool {
+// placeAll places every one of pods (pod i requesting reqs[i]) in the
+// room left on p's Nodes (first fit, their node selectors honoured) if all
+// of them fit, and else leaves the room as it was.
+func (w *world) placeAll(p *Pool, pods []*corev1.Pod, reqs []capacity.Resources) bool {
 	free := map[*simNode]capacity.Resources{}
 	at := make([]*simNode, 0, len(pods))
-	for _, pod := range pods {
+	for i, pod := range pods {
+		req := reqs[i]
 		var got *simNode
 		for _, n := range w.nodes {
 			if !n.room || n.node.Labels[PoolLabel] != p.Name || labelsMatch(pod, n.node.Labels) != "" {
@@ -503,9 +536,9 @@ func (w *world) placeAll(p *Pool, pods []*corev1.Pod, req capacity.Resources) bo
 		at = append(at, got)
 	}
 	for i, n := range at {
-		n.free = n.free.Sub(req)
+		n.free = n.free.Sub(reqs[i])
 		n.add(pods[i])
-		n.cn.Running = append(n.cn.Running, capacity.Instance{Requests: req})
+		n.cn.Running = append(n.cn.Running, capacity.Instance{Requests: reqs[i]})
 	}
 	return true
 }
@@ -642,7 +675,7 @@ func (w *world) place(p *Pool, offs []capacity.Offering, byLabels bool, pod *cor
 		for j := range offs {
 			extra = append(extra, offs[j].Zone)
 		}
-		c := w.zoneCounts(s, pod, extra)
+		c := w.zoneCounts(s, pod, extra, nil)
 		m := minOf(c, s.minDomains)
 		for z := range zones {
 			if c[z]+1-m > s.skew {

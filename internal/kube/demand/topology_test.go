@@ -355,3 +355,70 @@ func TestNoSlotsWithoutRules(t *testing.T) {
 		}
 	}
 }
+
+func minDomains(n int32) podOpt {
+	return func(p *corev1.Pod) {
+		for i := range p.Spec.TopologySpreadConstraints {
+			p.Spec.TopologySpreadConstraints[i].MinDomains = &n
+		}
+	}
+}
+
+// TestZoneSpreadWhileAZoneBoots: a zone spread over two zones whose second
+// Node has not registered yet. kube-scheduler sees one domain; with
+// minDomains 2 it lets that zone take maxSkew pods only (the global
+// minimum is 0 until the second zone has a Node), so the rest wait for the
+// new node in zone b, after which zone a takes its share again. The pass
+// must count zone b, where it puts pods on a new node, as a domain for the
+// room on zone a's Node: else it wants a second node in zone a for the
+// fourth pod, which kube-scheduler puts on the first once b registers (one
+// Node too many). Without minDomains kube-scheduler piles the pods into
+// the one zone it sees, and so does the pass (no new node).
+func TestZoneSpreadWhileAZoneBoots(t *testing.T) {
+	small := rl("cpu", "100m", "memory", "64Mi")
+	p := zonal("a", "b")
+	na := znode("na", "z", "0", rl("cpu", "4", "memory", "16Gi"), zoneOf("a"))
+	for _, tc := range []struct {
+		name    string
+		opts    []podOpt
+		want    []int // new nodes by offering (zone a, zone b)
+		onA     int   // pods on na (running and placed on its room)
+		pending []string
+	}{
+		{"minDomains 2", []podOpt{labelled("app", "web"), spread(corev1.LabelTopologyZone, 1, "web"), minDomains(2)}, []int{0, 1}, 2,
+			[]string{"default/w0", "default/w2"}},
+		{"no minDomains", []podOpt{labelled("app", "web"), spread(corev1.LabelTopologyZone, 1, "web")}, []int{0, 0}, 4, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pods := append([]*corev1.Pod{pod("r", small, append(slices.Clone(tc.opts), on("na"))...)}, many(3, "w", small, tc.opts...)...)
+			rep := Compute([]Pool{p}, []*corev1.Node{na}, pods)
+			if len(rep.Unmatched) > 0 || len(rep.Unmodelled) > 0 {
+				t.Fatalf("unmatched %+v unmodelled %+v", rep.Unmatched, rep.Unmodelled)
+			}
+			if got := newNodes(t, p, rep); !slices.Equal(got, tc.want) {
+				t.Fatalf("new nodes by zone %v, want %v (pending %+v)", got, tc.want, rep.Pressure["z"].Pending)
+			}
+			if got := len(rep.Pressure["z"].Nodes[0].Running); got != tc.onA {
+				t.Fatalf("na runs %d, want %d", got, tc.onA)
+			}
+			if got := rep.Pods["z"]; !slices.Equal(got, tc.pending) {
+				t.Fatalf("demand %v, want %v", got, tc.pending)
+			}
+		})
+	}
+}
+
+// TestZoneSpreadMinDomainsAboveZones: minDomains 3 over a pool of two
+// zones can never be met (kube-scheduler's global minimum stays 0, so
+// each zone holds maxSkew pods): one node per zone for the pods that fit,
+// the others reported.
+func TestZoneSpreadMinDomainsAboveZones(t *testing.T) {
+	p := zonal("a", "b")
+	rep := Compute([]Pool{p}, nil, many(4, "w", rl("cpu", "100m"), labelled("app", "web"), spread(corev1.LabelTopologyZone, 1, "web"), minDomains(3)))
+	if got := newNodes(t, p, rep); !slices.Equal(got, []int{1, 1}) {
+		t.Fatalf("new nodes by zone %v, want one each", got)
+	}
+	if len(rep.Unmatched) != 2 || !strings.Contains(rep.Unmatched[0].Reason, "leave no zone") {
+		t.Fatalf("unmatched %+v, want 2 pods whose zone rules leave no zone", rep.Unmatched)
+	}
+}

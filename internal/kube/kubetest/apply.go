@@ -24,6 +24,8 @@ var paths = map[string]string{
 	"Service":                  "/api/v1/namespaces/%s/services",
 	"PodDisruptionBudget":      "/apis/policy/v1/namespaces/%s/poddisruptionbudgets",
 	"Deployment":               "/apis/apps/v1/namespaces/%s/deployments",
+	"PodTemplate":              "/api/v1/namespaces/%s/podtemplates",
+	"ProvisioningRequest":      "/apis/autoscaling.x-k8s.io/v1/namespaces/%s/provisioningrequests",
 }
 
 // CollectionPath returns the path objects of kind are created under.

@@ -84,6 +84,11 @@ type Options struct {
 	// APIServerSANs are more IP addresses the apiserver's certificate
 	// names (an address machines in network namespaces reach it at).
 	APIServerSANs []string
+	// FeatureGates are the control plane's feature gates (apiserver,
+	// scheduler, controller manager), e.g. "DynamicResourceAllocation=true";
+	// RuntimeConfig the apiserver's --runtime-config, e.g.
+	// "resource.k8s.io/v1beta1=true".
+	FeatureGates, RuntimeConfig string
 }
 
 // Start starts a cluster for t and stops it (by the pids the script
@@ -108,7 +113,8 @@ func StartWith(t testing.TB, o Options) *Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, script(), "up", state)
-	cmd.Env = append(os.Environ(), "KTC_APISERVER_SANS="+strings.Join(o.APIServerSANs, ","))
+	cmd.Env = append(os.Environ(), "KTC_APISERVER_SANS="+strings.Join(o.APIServerSANs, ","),
+		"KTC_FEATURE_GATES="+o.FeatureGates, "KTC_RUNTIME_CONFIG="+o.RuntimeConfig)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

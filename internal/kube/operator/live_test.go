@@ -26,10 +26,13 @@ import (
 	"github.com/tide-project/tide/internal/kube/operator"
 )
 
-// live is a test cluster with the NodePool CRD installed.
+// live is a test cluster with the NodePool and ProvisioningRequest CRDs
+// installed.
 type live struct {
 	*kubetest.Cluster
 	cs *kubernetes.Clientset
+	// options, when set, adjusts the options runOperator runs tide kube with.
+	options func(*operator.Options)
 }
 
 func startLive(t *testing.T) *live {
@@ -42,6 +45,9 @@ func startLiveWith(t *testing.T, o kubetest.Options) *live {
 	t.Helper()
 	c := kubetest.StartWith(t, o)
 	if err := c.Create(deploy.CRD); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(deploy.ProvisioningRequestCRD); err != nil {
 		t.Fatal(err)
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
@@ -189,12 +195,14 @@ func (l *live) runOperator(t *testing.T, id string, pools ...string) (*operator.
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan *operator.Operator, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- operator.Run(ctx, operator.Options{Kubeconfig: l.Kubeconfig, Namespace: "default", Identity: id,
-			LeaderElection: true, LeaseDuration: 6 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 500 * time.Millisecond,
-			MetricsAddr: metrics, ProbeAddr: probes, Interval: time.Second, Batch: 100 * time.Millisecond,
-			Pools: pools, Started: func(op *operator.Operator) { started <- op }})
-	}()
+	opts := operator.Options{Kubeconfig: l.Kubeconfig, Namespace: "default", Identity: id,
+		LeaderElection: true, LeaseDuration: 6 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		MetricsAddr: metrics, ProbeAddr: probes, Interval: time.Second, Batch: 100 * time.Millisecond,
+		Pools: pools, Started: func(op *operator.Operator) { started <- op }}
+	if l.options != nil {
+		l.options(&opts)
+	}
+	go func() { done <- operator.Run(ctx, opts) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

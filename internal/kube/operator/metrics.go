@@ -20,6 +20,9 @@ const (
 	MetricUnmodelledPods = "tide_kube_unmodelled_pods"
 	MetricMarkedNodes    = "tide_kube_marked_nodes"
 	MetricScaleUpLatency = "tide_kube_unschedulable_to_create_seconds"
+	// MetricProvisioningRequests counts the ProvisioningRequests tide
+	// answers, by class and state (provreq.State*).
+	MetricProvisioningRequests = "tide_kube_provisioning_requests"
 )
 
 type metrics struct {
@@ -30,6 +33,8 @@ type metrics struct {
 	// unmodelled: MetricUnmodelledPods
 	unmodelled prometheus.Gauge
 	latency    prometheus.Histogram
+	// provreqs: MetricProvisioningRequests
+	provreqs *prometheus.GaugeVec
 	// figures are the target-tracking pools' M, N and
 	// CapacityProviderReservation (autoscale.FigureMetrics).
 	figures *autoscale.FigureMetrics
@@ -53,6 +58,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricScaleUpLatency,
 			Help:    "Time from a pod seen Unschedulable to the pass that launched nodes for it (provider Create).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		provreqs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricProvisioningRequests,
+			Help: "ProvisioningRequests tide kube answers, by provisioning class and state (waiting, provisioned, consumed, no-capacity, booking-expired, failed, invalid)."},
+			[]string{"class", "state"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -63,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	errs = append(errs, err)
 	m.disrupted, err = controller.DisruptedCounter(reg)
 	errs = append(errs, err)
-	for _, c := range []prometheus.Collector{m.loop, m.pending, m.markedN, m.unmatched, m.unmodelled, m.latency} {
+	for _, c := range []prometheus.Collector{m.loop, m.pending, m.markedN, m.unmatched, m.unmodelled, m.latency, m.provreqs} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
@@ -80,4 +88,13 @@ func (m *metrics) forget(name string) {
 	m.figures.Forget(name)
 	m.pending.DeleteLabelValues(name)
 	m.markedN.DeleteLabelValues(name)
+}
+
+// requests sets MetricProvisioningRequests to the pass's counts by
+// (class, state); nil: none.
+func (m *metrics) requests(counts map[[2]string]int) {
+	m.provreqs.Reset()
+	for k, n := range counts {
+		m.provreqs.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
 }

@@ -116,6 +116,10 @@ type Config struct {
 	Kube kubernetes.Interface
 	// Join says how those machines join (join.go).
 	Join NodeJoin
+	// Booking is how long capacity found or bought for a
+	// ProvisioningRequest stays booked for its pods (0:
+	// provreq.BookingTime).
+	Booking time.Duration
 }
 
 // Operator runs every NodePool; see the package doc.
@@ -124,12 +128,17 @@ type Operator struct {
 	clk     clock.Clock
 	log     *slog.Logger
 	metrics *metrics
-	runners map[string]*runner
+	runners map[string]*runner // written by the passes under mu
 	poke    chan struct{}
 	// unmatched remembers the last event message per unmatched pod.
 	unmatched map[types.UID]string
 	// unmodelled remembers the last NotModelled event message per pod.
 	unmodelled map[types.UID]string
+	// provreqForbidden: listing ProvisioningRequests was refused (said once).
+	provreqForbidden bool
+	// consumerMsg remembers the last event message per pod consuming a
+	// ProvisioningRequest.
+	consumerMsg map[types.UID]string
 
 	mu sync.Mutex
 	// seen is when each pod was first seen unschedulable (by the informer
@@ -138,7 +147,10 @@ type Operator struct {
 	seen map[types.UID]*seenPod
 	// latencies are the Unschedulable → provider Create samples (seconds).
 	latencies []float64
-	passes    uint64
+	// claimsVersion is the resource.k8s.io version DRA claims were last
+	// read in ("" when not read, or when they could not be).
+	claimsVersion string
+	passes        uint64
 }
 
 // New checks cfg and returns an operator.
@@ -169,7 +181,8 @@ func New(cfg Config) (*Operator, error) {
 		return nil, err
 	}
 	return &Operator{cfg: cfg, clk: cfg.Clock, log: cfg.Logger, metrics: m, runners: map[string]*runner{},
-		poke: make(chan struct{}, 1), unmatched: map[types.UID]string{}, unmodelled: map[types.UID]string{}, seen: map[types.UID]*seenPod{}}, nil
+		poke: make(chan struct{}, 1), unmatched: map[types.UID]string{}, unmodelled: map[types.UID]string{}, seen: map[types.UID]*seenPod{},
+		consumerMsg: map[types.UID]string{}}, nil
 }
 
 // Poke asks for a pass soon (after the batching delay). Safe for concurrent use.
@@ -247,9 +260,21 @@ func (o *Operator) Passes() uint64 {
 	return o.passes
 }
 
+// ClaimsVersion is the resource.k8s.io version the last pass that needed
+// DRA claims read them in ("" when none did, or they could not be read),
+// for tests.
+func (o *Operator) ClaimsVersion() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.claimsVersion
+}
+
 // PoolStatus is a pool's controller status, for tests and benchmarks.
+// Safe for concurrent use with the passes.
 func (o *Operator) PoolStatus(name string) (controller.Status, bool) {
+	o.mu.Lock()
 	r := o.runners[name]
+	o.mu.Unlock()
 	if r == nil || r.ctl == nil {
 		return controller.Status{}, false
 	}
@@ -304,7 +329,9 @@ func (o *Operator) Pass(ctx context.Context) error {
 			if old != nil && old.close != nil {
 				old.close()
 			}
+			o.mu.Lock() // PoolStatus reads the map
 			o.runners[name] = r
+			o.mu.Unlock()
 		}
 		r.obj = np
 	}
@@ -315,7 +342,9 @@ func (o *Operator) Pass(ctx context.Context) error {
 			if r := o.runners[name]; r.close != nil {
 				r.close()
 			}
+			o.mu.Lock()
 			delete(o.runners, name)
+			o.mu.Unlock()
 		}
 	}
 	names := slices.Sorted(maps.Keys(o.runners))
@@ -343,7 +372,31 @@ func (o *Operator) Pass(ctx context.Context) error {
 	for i := range pl.Items {
 		pods[i] = &pl.Items[i]
 	}
-	rep := demand.Compute(pools, nodes, pods)
+	// DRA claims become device requests for the model only (pods keeps
+	// the objects as they are for everything else).
+	modelled := pods
+	if demand.HasClaims(pods) {
+		c := o.claims(ctx)
+		o.mu.Lock()
+		o.claimsVersion = c.Version
+		o.mu.Unlock()
+		modelled = demand.WithDevices(pods, c, pools)
+	}
+	// ProvisioningRequests (provreq.go): atomic ones add the pods that
+	// stand for them (first: they book room before other waiting pods),
+	// and the pods consuming a live request are not demand of their own.
+	var errs []error
+	reqs, err := o.provisioning(ctx, nodes, pods)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	counted := modelled
+	if len(reqs.StandIns) > 0 || len(reqs.Claimed) > 0 {
+		counted = append(slices.Clone(reqs.StandIns), slices.DeleteFunc(slices.Clone(modelled), func(p *corev1.Pod) bool { return reqs.Claimed[p.UID] })...)
+	}
+	rep := demand.Compute(pools, nodes, counted)
+	rep.Unmatched, rep.Unmodelled = withoutStandIns(rep.Unmatched), withoutStandIns(rep.Unmodelled)
+	reqs.counted(rep)
 	byUID := map[string]*corev1.Pod{}
 	for _, p := range pods {
 		if demand.Unschedulable(p) {
@@ -361,18 +414,22 @@ func (o *Operator) Pass(ctx context.Context) error {
 			byPool[pool] = append(byPool[pool], n)
 		}
 	}
+	// For consolidation: with their DRA devices counted, which no Node's
+	// allocatable shows, so that it moves no such pod (its devices may not
+	// be free elsewhere).
 	byNode := map[string][]*corev1.Pod{}
-	for _, p := range pods {
+	for _, p := range modelled {
 		if p.Spec.NodeName != "" {
 			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
 		}
 	}
-	var errs []error
 	for _, name := range names {
 		r := o.runners[name]
 		var podsOf []*corev1.Pod
 		for _, key := range rep.Pods[name] {
-			podsOf = append(podsOf, byUID[key])
+			if p := byUID[key]; p != nil { // not a request's stand-in
+				podsOf = append(podsOf, p)
+			}
 		}
 		if r.slots != nil {
 			r.slots.set(rep.Slots[name])
@@ -380,9 +437,12 @@ func (o *Operator) Pass(ctx context.Context) error {
 		if err := o.runPool(ctx, r, now, rep.Pressure[name], byPool[name], podsOf); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
 		}
-		if err := o.consolidate(ctx, r, now, byPool[name], byNode, len(podsOf)); err != nil {
+		if err := o.consolidate(ctx, r, now, byPool[name], byNode, len(podsOf)+reqs.Held[name]); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: consolidate: %w", name, err))
 		}
+	}
+	if err := o.answer(ctx, reqs); err != nil {
+		errs = append(errs, err)
 	}
 	o.unmatchedEvents(rep.Unmatched, byUID)
 	o.metrics.unmatched.Set(float64(len(rep.Unmatched)))

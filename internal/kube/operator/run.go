@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -76,6 +77,9 @@ type Options struct {
 	// NodeBinary is the tide executable machines on this host run as
 	// `tide worker --bootstrap -` (default: this binary).
 	NodeBinary string
+	// Booking is how long capacity found or bought for a
+	// ProvisioningRequest stays booked (0: provreq.BookingTime).
+	Booking time.Duration
 	// NodeHeartbeat is the heartbeat period of the machines' Node agents
 	// (0: 10s).
 	NodeHeartbeat time.Duration
@@ -179,7 +183,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	op, err := New(Config{Client: mgr.GetClient(), API: kubeapi.NewClientset(cs), Recorder: mgr.GetEventRecorderFor("tide"),
 		Namespace: o.Namespace, Identity: o.Identity, Interval: o.Interval, Batch: o.Batch, Logger: o.Logger, Metrics: reg, Pools: o.Pools,
-		Kube: cs, Join: join})
+		Kube: cs, Join: join, Booking: o.Booking})
 	if err != nil {
 		return err
 	}
@@ -195,6 +199,19 @@ func Run(ctx context.Context, o Options) error {
 		}); err != nil {
 			return err
 		}
+	}
+	// A ProvisioningRequest's change starts a pass too, when its CRD is
+	// installed (else passes still read them every interval once it is).
+	pr := &unstructured.Unstructured{}
+	pr.SetGroupVersionKind(ProvisioningRequestGVK)
+	if inf, err := mgr.GetCache().GetInformer(ctx, pr); err != nil {
+		o.Logger.Info("ProvisioningRequests not watched; read on every pass", "reason", err.Error())
+	} else if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { op.Poke() },
+		UpdateFunc: func(_, _ any) { op.Poke() },
+		DeleteFunc: func(any) { op.Poke() },
+	}); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

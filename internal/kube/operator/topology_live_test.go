@@ -47,8 +47,8 @@ func (l *live) topoPod(t *testing.T, name, tier, app string, opts ...func(*corev
 // TestLiveTopology: on the real scheduler and kwok Nodes, `tide kube`
 // launches the Nodes pod placement rules need, no more: three pods with
 // required anti-affinity on hostname get three Nodes (the same pods without
-// it would fit one); four pods spread over two zones (maxSkew 1) get one
-// Node in each zone; of three pods, the two binding host port 8080 get a
+// it would fit one); four pods spread over two zones (maxSkew 1,
+// minDomains 2) get one Node in each zone, two pods each; of three pods, the two binding host port 8080 get a
 // Node each and the third shares one (so does a fourth whose namespace
 // selector tide does not model, and says so). Every pod is bound, and the counts
 // stay put over several more passes.
@@ -64,10 +64,16 @@ func TestLiveTopology(t *testing.T) {
 				TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "anti"}}}}}}
 		})
 	}
+	// minDomains 2: kube-scheduler counts only the zones that have a Node,
+	// so without it the pods bound before the second zone's Node exists
+	// may all go to the first (docs/kubernetes.md); with it the first zone
+	// takes one pod until the second has a Node.
+	minDomains := int32(2)
 	for i := range 4 {
 		l.topoPod(t, fmt.Sprintf("spread-%d", i), "spread", "spread", func(s *corev1.PodSpec) {
 			s.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone,
-				WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "spread"}}}}
+				WhenUnsatisfiable: corev1.DoNotSchedule, MinDomains: &minDomains,
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "spread"}}}}
 		})
 	}
 	for i := range 3 {
