@@ -240,13 +240,16 @@ func (p *limited) gangsWhole(in Input, backlog []capacity.Pending, why string) D
 	var never []string
 	k := longestRun(0, p.guess(&in, order), len(order), fits)
 	for k < len(order) && order[k].Gang != "" {
-		w := p.alone(in, order[k])
+		name := order[k].Gang
+		gang := groupsOf(order, name) // a gang may be several groups
+		w := p.alone(in, gang)
 		if w == "" {
 			break
 		}
-		never = append(never, fmt.Sprintf("gang %s (%d instances) can never fit, not even in an empty pool: %s", order[k].Gang, order[k].Count, w))
-		order = slices.Delete(order, k, k+1)
-		k = longestRun(k, k, len(order), fits)
+		never = append(never, fmt.Sprintf("gang %s (%d instances) can never fit, not even in an empty pool: %s", name, instances(gang), w))
+		first := slices.IndexFunc(order, func(g capacity.Pending) bool { return g.Gang == name })
+		order = slices.DeleteFunc(order, func(g capacity.Pending) bool { return g.Gang == name })
+		k = longestRun(first, first, len(order), fits) // the groups before its first are unchanged
 	}
 	run, part := order[:k:k], 0
 	if k < len(order) && order[k].Gang == "" {
@@ -262,8 +265,17 @@ func (p *limited) gangsWhole(in Input, backlog []capacity.Pending, why string) D
 			run = append(run, g)
 		}
 	}
+	// A gang whose groups the run cuts is left out whole.
+	cut := map[string]bool{}
+	for _, g := range order[k:] {
+		if g.Gang != "" {
+			cut[g.Gang] = true
+		}
+	}
+	whole := slices.DeleteFunc(slices.Clone(run), func(g capacity.Pending) bool { return cut[g.Gang] })
 	d := last
-	if part > 0 || lastK != k {
+	if part > 0 || lastK != k || len(whole) != len(run) {
+		run = whole
 		d, _ = decide(run)
 	}
 	d.Backlog = run
@@ -272,7 +284,7 @@ func (p *limited) gangsWhole(in Input, backlog []capacity.Pending, why string) D
 	for _, g := range order[k:] {
 		if g.Gang != "" {
 			parts = append(parts, fmt.Sprintf("gang %s (%d instances) waits whole: its nodes would cross the limit after work of higher priority",
-				g.Gang, g.Count))
+				g.Gang, instances(groupsOf(order, g.Gang))))
 			break
 		}
 	}
@@ -285,10 +297,10 @@ func (p *limited) gangsWhole(in Input, backlog []capacity.Pending, why string) D
 }
 
 // GangNeverFits says which of cfg's limits (cfg validated) the purchase for
-// gang g would cross in a pool that holds nothing but its min nodes, at
+// the gang of groups g (all its groups) would cross in a pool that holds nothing but its min nodes, at
 // now with the policy state st: such a gang is never bought for. "" when
 // it fits there or cfg sets no limit. tide decide reports it.
-func GangNeverFits(cfg Config, now time.Time, st State, g capacity.Pending) string {
+func GangNeverFits(cfg Config, now time.Time, st State, g []capacity.Pending) string {
 	p, err := New(cfg)
 	if err != nil {
 		return ""
@@ -343,17 +355,37 @@ func (p *limited) guess(in *Input, order []capacity.Pending) int {
 	return len(order)
 }
 
-// alone says which limit gang g's purchase crosses in a pool that holds
+// alone says which limit the purchase for gang g (its groups) crosses in a pool that holds
 // nothing (its min nodes aside), "" when it fits there: a gang for which
 // it is not "" can never be bought for under the limits.
-func (p *limited) alone(in Input, g capacity.Pending) string {
+func (p *limited) alone(in Input, g []capacity.Pending) string {
 	empty := Input{Now: in.Now, State: in.State, Desired: p.cfg.Nodes.Min, Held: &Held{},
-		Pressure: capacity.Pressure{Pending: []capacity.Pending{g}}}
+		Pressure: capacity.Pressure{Pending: g}}
 	if p.cfg.Nodes.Min > 0 {
 		empty.Held = nil // the min nodes, counted at the dearest offering
 	}
 	d := p.inner().Decide(empty)
 	return p.cut(&empty, &d).why
+}
+
+// groupsOf returns the groups of pend of gang name.
+func groupsOf(pend []capacity.Pending, name string) []capacity.Pending {
+	var out []capacity.Pending
+	for _, g := range pend {
+		if g.Gang == name {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// instances counts the instances of groups.
+func instances(groups []capacity.Pending) int {
+	n := 0
+	for _, g := range groups {
+		n += g.Count
+	}
+	return n
 }
 
 // inner is the policy the limits wrap, below the priority filter: the

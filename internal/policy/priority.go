@@ -92,8 +92,8 @@ func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.P
 	}
 	// A gang that no pool of max nodes could hold is never bought for:
 	// left out, it holds up no work of lower priority.
-	if slices.ContainsFunc(pend, func(g capacity.Pending) bool { return g.Gang != "" && !p.fitsMax(g) }) {
-		pend = slices.DeleteFunc(slices.Clone(pend), func(g capacity.Pending) bool { return g.Gang != "" && !p.fitsMax(g) })
+	if never := p.neverFitMax(pend); len(never) > 0 {
+		pend = slices.DeleteFunc(slices.Clone(pend), func(g capacity.Pending) bool { return never[g.Gang] })
 		if len(pend) == 0 {
 			return pend
 		}
@@ -159,27 +159,52 @@ func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.P
 	return slices.DeleteFunc(order[:k], func(g capacity.Pending) bool { return cut[g.Gang] })
 }
 
-// GangFitsMax reports whether gang g fits an empty pool of cfg's max
-// nodes (cfg validated): a gang that does not is never bought for. tide
-// decide reports it.
-func GangFitsMax(cfg Config, g capacity.Pending) bool {
+// GangFitsMax reports whether the gang of groups gang (all its groups)
+// fits an empty pool of cfg's max nodes (cfg validated): a gang that does
+// not is never bought for. tide decide reports it.
+func GangFitsMax(cfg Config, gang []capacity.Pending) bool {
 	if len(cfg.Offerings) == 0 {
 		return true
 	}
-	return (&prioritized{cfg: cfg}).fitsMax(g)
+	return (&prioritized{cfg: cfg}).fitsMax(gang)
 }
 
-// fitsMax reports whether gang g fits an empty pool of max nodes (a gang
-// whose request fits no offering counts as fitting: the policy reports
-// such shapes).
-func (p *prioritized) fitsMax(g capacity.Pending) bool {
-	n, ok := p.ownNodes(g)
-	if !ok || n <= p.cfg.Nodes.Max {
-		return true
+// neverFitMax names the gangs of pend (all groups of a name together)
+// that no empty pool of max nodes could hold.
+func (p *prioritized) neverFitMax(pend []capacity.Pending) map[string]bool {
+	var never map[string]bool
+	for i, g := range pend {
+		if g.Gang == "" || slices.ContainsFunc(pend[:i], func(o capacity.Pending) bool { return o.Gang == g.Gang }) {
+			continue // plain, or this gang's first group decided it
+		}
+		gang := []capacity.Pending{g}
+		for _, o := range pend[i+1:] {
+			if o.Gang == g.Gang {
+				gang = append(gang, o)
+			}
+		}
+		if !p.fitsMax(gang) {
+			if never == nil {
+				never = map[string]bool{}
+			}
+			never[g.Gang] = true
+		}
 	}
-	res := binpack.Pack([]capacity.Pending{g}, p.cfg.Offerings, binpack.WithMaxNew(p.cfg.Nodes.Max))
-	for _, u := range res.Unplaced {
-		if u > 0 {
+	return never
+}
+
+// fitsMax reports whether the groups of one gang fit an empty pool of max
+// nodes together (requests that fit no offering count as fitting: the
+// policy reports such shapes).
+func (p *prioritized) fitsMax(gang []capacity.Pending) bool {
+	if len(gang) == 1 {
+		if n, ok := p.ownNodes(gang[0]); !ok || n <= p.cfg.Nodes.Max {
+			return true
+		}
+	}
+	res := binpack.Pack(gang, p.cfg.Offerings, binpack.WithMaxNew(p.cfg.Nodes.Max))
+	for g, u := range res.Unplaced {
+		if u > 0 && p.fitsSomeOffering(gang[g].Requests) {
 			return false
 		}
 	}

@@ -146,6 +146,13 @@ func TestGangAboveMaxHoldsUpNothing(t *testing.T) {
 	if d := p.Decide(in); d.Desired != 1 {
 		t.Fatalf("desired %d (%s), want 1 for the lone instance", d.Desired, d.Reason)
 	}
+	// Likewise a gang of two groups that each fit the max, but not together.
+	two := Input{Now: tideT0, State: waited, Pressure: capacity.Pressure{Pending: []capacity.Pending{
+		{Requests: gpu(8), Count: 1, Gang: "m", Priority: 9}, {Requests: gpu(8), Count: 2, Gang: "m", Priority: 9},
+		{Requests: gpu(8), Count: 1, Priority: 1}}}}
+	if d := p.Decide(two); d.Desired != 1 {
+		t.Fatalf("desired %d (%s), want 1 for the lone instance beside a 2-group gang of 3 nodes", d.Desired, d.Reason)
+	}
 	// A gang of 2 fits the max but not beside the running node: it waits
 	// for room, and the work below it waits too (strict priority).
 	in.Pressure.Pending[0].Count = 2
