@@ -176,6 +176,7 @@ func New(ctx context.Context, cfg Config) (*Assembly, error) {
 	hc := cfg.Head
 	hc.Registry, hc.Logger = cfg.Registry, log.With("component", "head")
 	hc.OnPressure = a.observe
+	hc.OnWithdraw = a.withdraw
 	hc.Route = a.route
 	hc.MaxQueued = a.maxQueued
 	hc.MaxWait = a.maxWait
@@ -408,6 +409,22 @@ func (a *Assembly) observe(reports map[string]capacity.Pressure) {
 	for name, p := range a.pools {
 		if p.loop != nil {
 			p.loop.Observe(reports[name])
+		}
+	}
+}
+
+// withdraw tells the loops of pools that waiting work there was given up
+// on (autoscale.Pool.Withdraw), then replays the last report to them: the
+// report that no longer holds that work may have come before the call.
+func (a *Assembly) withdraw(pools []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, name := range pools {
+		if p := a.pools[name]; p != nil && p.loop != nil {
+			p.loop.Withdraw()
+			if a.reports != nil {
+				p.loop.Observe(a.reports[name])
+			}
 		}
 	}
 }

@@ -10,7 +10,8 @@
 // The policy stays pure; this package owns the loop, the clock and the
 // bookkeeping a policy needs between calls (its State and the current
 // desired count), and it says why in an event whenever the decision, or the
-// reason for not deciding, changes. One goroutine (Run) owns the evaluation;
+// reason for not deciding, changes. Withdraw tells it that waiting work was
+// given up on, so that nodes still booting for it are cancelled. One goroutine (Run) owns the evaluation;
 // Observe is safe from any goroutine. Evaluate is the same pass, called
 // synchronously, for tests and the simulator.
 package autoscale
@@ -19,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -101,6 +103,79 @@ type Pool struct {
 	// idleSince is when each node was first seen empty of non-daemon work
 	// since it last ran some; it fills Node.IdleSince when the report has none.
 	idleSince map[reconcile.NodeID]time.Time
+	// reports counts the reports observed. withdrawn is when Withdraw was
+	// last called (zero: none pending) and withdrawnSeq the report count
+	// then: the withdrawal applies to a later report (see Withdraw).
+	reports      uint64
+	withdrawn    time.Time
+	withdrawnSeq uint64
+}
+
+// CodeWithdrawn is the reason code of a decision that cancels booting
+// nodes bought for work given up on (Pool.Withdraw).
+const CodeWithdrawn = "withdrawn"
+
+// withdrawWindow bounds how long a withdrawal waits for a report without
+// backlog: past it, booting nodes are left to the policy (they join and go
+// once idle, like any empty node).
+const withdrawWindow = 30 * time.Second
+
+// Withdraw says that waiting work of the pool was given up on before it
+// was placed (a gang or an instance failed by its max_wait, or cancelled
+// while it waited): nodes the
+// policy bought for it may still be booting, and a policy keeps booting
+// nodes (it cannot tell them from nodes bought for work that landed
+// elsewhere in the meantime, which the next burst may need). On the first
+// evaluation of a report observed after the call (within withdrawWindow)
+// that has no backlog, the policy decides again as if only the pool's
+// joined nodes were asked for; when that asks for fewer nodes than the
+// current desired count, that decision is taken (reason CodeWithdrawn),
+// and the reconciler cancels the booting nodes first. Work still waiting
+// keeps everything: its purchase stands while it waits. Safe for concurrent
+// use.
+func (p *Pool) Withdraw() {
+	p.mu.Lock()
+	p.withdrawn, p.withdrawnSeq = p.clk.Now(), p.reports
+	p.mu.Unlock()
+	select {
+	case p.poke <- struct{}{}:
+	default:
+	}
+}
+
+// rebase is the decision of a pending withdrawal (Withdraw) for in, and
+// whether it applies. Called with the lock held.
+func (p *Pool) rebase(in policy.Input) (policy.Decision, bool) {
+	if p.withdrawn.IsZero() {
+		return policy.Decision{}, false
+	}
+	if in.Now.Sub(p.withdrawn) > withdrawWindow {
+		p.withdrawn = time.Time{}
+		return policy.Decision{}, false
+	}
+	if p.reports == p.withdrawnSeq || in.Pressure.Queued() > 0 {
+		return policy.Decision{}, false // the report may predate the withdrawal, or work still waits
+	}
+	p.withdrawn = time.Time{}
+	joined := 0
+	for i := range in.Pressure.Nodes {
+		if in.Pressure.Nodes[i].MarkedAt.IsZero() {
+			joined++
+		}
+	}
+	if joined >= in.Desired {
+		return policy.Decision{}, false // nothing booting
+	}
+	booting := in.Desired - joined
+	in.Desired = joined
+	d := p.cfg.Policy.Decide(in)
+	if d.Desired >= in.Desired+booting {
+		return policy.Decision{}, false
+	}
+	d.Reason = policy.NewReason(CodeWithdrawn,
+		"waiting work was given up on while %d nodes booted for the pool and no other work waits: desired lowered by %d ("+
+			strings.ReplaceAll(d.Reason.String(), "%", "%%")+")", int64(booting), int64(in.Desired+booting-d.Desired))
+	return d, true
 }
 
 // New returns the loop of one pool. emit receives events (may be nil).
@@ -130,6 +205,7 @@ func (p *Pool) Observe(pr capacity.Pressure) {
 	pr = p.ownNodes(pr)
 	p.mu.Lock()
 	p.pressure, p.observed = pr, true
+	p.reports++
 	p.mu.Unlock()
 	select {
 	case p.poke <- struct{}{}:
@@ -235,7 +311,11 @@ func (p *Pool) Evaluate(now time.Time) (d policy.Decision, ok bool) {
 		held := h.Held()
 		in.Held = &held
 	}
-	d = p.cfg.Policy.Decide(in)
+	d, ok = p.rebase(in)
+	if !ok {
+		d = p.cfg.Policy.Decide(in)
+	}
+	ok = true
 	p.cfg.Figures.Observe(p.cfg.Pool, d)
 	p.state = d.State
 	changed := d.Desired != p.desired

@@ -298,3 +298,87 @@ func TestLoopPassesWhatThePoolHolds(t *testing.T) {
 		t.Fatalf("desired %d, events %+v", d.Desired, events)
 	}
 }
+
+// TestWithdrawCancelsNodesBootingForWorkGivenUp: a gang bought 3 nodes; it
+// is given up on (max_wait) while they boot. Without a withdrawal the
+// policy keeps them (they would join and only then idle out); Withdraw
+// makes the first report without backlog after it lower desired to the
+// joined nodes, which the reconciler cancels first. A report from before
+// the withdrawal or one with work still waiting changes nothing (the
+// withdrawal waits for a report without backlog), one past the window
+// neither.
+func TestWithdrawCancelsNodesBootingForWorkGivenUp(t *testing.T) {
+	pol, err := policy.New(policy.Config{Policy: policy.Tide, Nodes: capacity.Elastic(0, 6), IdleTimeout: 10 * time.Second,
+		BatchWindow: time.Second, Offerings: []capacity.Offering{{Type: "c2", Resources: capacity.CPU(2000), PricePerHour: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gang := func(joined int) capacity.Pressure {
+		p := pressure("batch", make([]int, joined), 0)
+		p.Pending = []capacity.Pending{{Requests: capacity.CPU(2000), Count: 3, Gang: "g"}}
+		return p
+	}
+	type step struct {
+		at       time.Duration
+		observe  *capacity.Pressure
+		withdraw bool
+		want     int
+		code     string
+	}
+	idle1 := pressure("batch", []int{0}, 0)
+	busy1 := pressure("batch", []int{1}, 0)
+	g1, g0 := gang(1), gang(0)
+	other := pressure("batch", []int{0}, 2)
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"without a withdrawal the booting nodes stay", []step{
+			{at: 0, observe: &g1, want: 1}, {at: 2 * time.Second, want: 3, code: policy.CodeScaleUp},
+			{at: 3 * time.Second, observe: &idle1, want: 3}, {at: 5 * time.Second, want: 3}}},
+		{"withdrawn: cancelled down to the joined node", []step{
+			{at: 0, observe: &g1, want: 1}, {at: 2 * time.Second, want: 3, code: policy.CodeScaleUp},
+			{at: 3 * time.Second, withdraw: true, want: 3}, // the report still shows the gang
+			{at: 4 * time.Second, observe: &busy1, want: 1, code: CodeWithdrawn},
+			{at: 5 * time.Second, want: 1}}},
+		{"withdrawn with no node joined: down to 0", []step{
+			{at: 0, observe: &g0, want: 1}, {at: 2 * time.Second, want: 3, code: policy.CodeScaleUp},
+			{at: 3 * time.Second, withdraw: true, want: 3},
+			{at: 3 * time.Second, observe: &capacity.Pressure{}, want: 0, code: CodeWithdrawn}}},
+		{"other work still waits: the purchase stands", []step{
+			{at: 0, observe: &g1, want: 1}, {at: 2 * time.Second, want: 3, code: policy.CodeScaleUp},
+			{at: 3 * time.Second, withdraw: true, want: 3},
+			{at: 4 * time.Second, observe: &other, want: 3}, {at: 5 * time.Second, want: 3},
+			// It is placed (on nodes that joined meanwhile, here the one):
+			// none waits any more, within the window.
+			{at: 6 * time.Second, observe: &busy1, want: 1, code: CodeWithdrawn}}},
+		{"past the window: left to the policy", []step{
+			{at: 0, observe: &g1, want: 1}, {at: 2 * time.Second, want: 3, code: policy.CodeScaleUp},
+			{at: 3 * time.Second, withdraw: true, want: 3},
+			{at: 3*time.Second + withdrawWindow + time.Second, observe: &busy1, want: 3}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(t0)
+			p, err := New(Config{Pool: "batch", Policy: pol, Desired: 1,
+				Ordinal: func(id string) (reconcile.NodeID, bool) { return controller.ParseMachineID("batch", id) }},
+				&fakeTarget{}, clk, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range tc.steps {
+				clk.Advance(t0.Add(s.at).Sub(clk.Now()))
+				if s.observe != nil {
+					p.Observe(*s.observe)
+				}
+				if s.withdraw {
+					p.Withdraw()
+				}
+				d, _ := p.Evaluate(clk.Now())
+				if d.Desired != s.want || (s.code != "" && d.Reason.Code != s.code) {
+					t.Fatalf("step %d (+%s): desired %d (%s: %s), want %d %s", i, s.at, d.Desired, d.Reason.Code, d.Reason, s.want, s.code)
+				}
+			}
+		})
+	}
+}

@@ -181,8 +181,8 @@ func TestBuildProviders(t *testing.T) {
 			"providers[0] (cloud).config"},
 		{"unknown field", etcdstate.ProviderSpec{Name: "cloud", Type: "sim", Config: json.RawMessage(`{"bot": "1s"}`)},
 			"providers[0] (cloud).config"},
-		{"local takes no options", etcdstate.ProviderSpec{Name: "cloud", Type: "local", Config: json.RawMessage(`{"x": 1}`)},
-			"providers[0] (cloud).config: the local provider takes no options"},
+		{"local takes only start_delay", etcdstate.ProviderSpec{Name: "cloud", Type: "local", Config: json.RawMessage(`{"x": 1}`)},
+			"providers[0] (cloud).config: the local provider takes only start_delay"},
 		{"no offering", etcdstate.ProviderSpec{Name: "other", Type: "sim"}, "providers[0] (other).offerings"},
 	}
 	for _, tt := range tests {

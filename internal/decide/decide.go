@@ -294,7 +294,7 @@ func Decide(in Input, s Snapshot) (Result, error) {
 		TargetTracking: d.TargetTracking, Utilization: d.Utilization, Tide: d.Tide, Launch: d.Launch,
 		State: d.State,
 	}
-	res.Gangs = gangPlans(in.Policy, policy.Input{Now: s.Time, Desired: s.Desired,
+	res.Gangs = gangPlans(in.Policy, policy.Input{Now: s.Time, Desired: s.Desired, State: s.State,
 		Pressure: capacity.Pressure{Nodes: s.nodes(in.Pool, in.Policy.Offerings), Pending: s.Pending}}, d, s.Desired)
 	if s.Controller != nil {
 		pl, err := plan(in, &s, d)

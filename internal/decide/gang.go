@@ -41,17 +41,45 @@ func gangPlans(cfg policy.Config, in policy.Input, d policy.Decision, desired in
 	for _, p := range backlog {
 		kept[p.Gang] = true
 	}
+	// Within the max, a gang left out of the backlog was left out by the
+	// pool's limits.
+	var withinMax map[string]bool
+	if !cfg.Limits.IsZero() {
+		withinMax = map[string]bool{}
+		for _, p := range policy.Backlog(cfg, in) {
+			withinMax[p.Gang] = true
+		}
+	}
 	for i := range out {
 		g := &out[i]
 		switch {
 		case cfg.ExpendableBelow != nil && g.Priority < *cfg.ExpendableBelow:
 			g.Why = fmt.Sprintf("priority %d is below the pool's expendable_below %d: never scales up", g.Priority, *cfg.ExpendableBelow)
+		case !kept[g.Gang] && withinMax[g.Gang]:
+			if never := policy.GangNeverFits(cfg, in.Now, in.State, groupsOf(in.Pressure.Pending, g.Gang)); never != "" {
+				g.Why = "can never fit within the pool's limits, not even in an empty pool: " + never
+			} else {
+				g.Why = "does not fit within the pool's limits after work of higher priority"
+			}
+		case !kept[g.Gang] && !policy.GangFitsMax(cfg, groupsOf(in.Pressure.Pending, g.Gang)):
+			g.Why = fmt.Sprintf("can never fit: not even an empty pool of the pool's max (%d nodes) holds it", cfg.Nodes.Max)
 		case !kept[g.Gang]:
 			g.Why = fmt.Sprintf("does not fit the room the pool's max (%d nodes) leaves after work of higher priority", cfg.Nodes.Max)
 		case d.Desired <= desired:
 			g.Why = "no scale-up in this decision (" + d.Reason.Code + ")"
 		default:
 			g.Bought = true
+		}
+	}
+	return out
+}
+
+// groupsOf returns the groups of pend that belong to gang.
+func groupsOf(pend []capacity.Pending, gang string) []capacity.Pending {
+	var out []capacity.Pending
+	for _, p := range pend {
+		if p.Gang == gang {
+			out = append(out, p)
 		}
 	}
 	return out

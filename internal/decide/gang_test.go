@@ -55,6 +55,49 @@ func TestDecideShowsGangPurchase(t *testing.T) {
 	}
 }
 
+// Under the pool's limits too a gang is bought whole or waits whole, and
+// the plan says why: one that crosses a limit even in an empty pool can
+// never fit; one that fits alone waits for work of higher priority.
+func TestDecideShowsGangsWithinLimits(t *testing.T) {
+	gpus := int64(16)
+	cfg := policy.Config{Policy: policy.Tide, Nodes: capacity.Elastic(0, 10), Offerings: gangOffers[:1],
+		Limits: policy.Limits{GPUs: &gpus}}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	req := capacity.Resources{MilliCPU: 4000, Memory: 32 << 30, GPUs: 8}
+	s := Snapshot{Time: t0, State: policy.State{PendingSince: t0.Add(-time.Minute)}, Pending: []capacity.Pending{
+		{Requests: req, Count: 3, Gang: "huge", Priority: 5},
+		{Requests: req, Count: 2, Gang: "a", Priority: 1},
+		{Requests: req, Count: 2, Gang: "b"},
+	}}
+	res, err := Run("gpu", cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]GangPlan{}
+	for _, g := range res.Gangs {
+		got[g.Gang] = g
+	}
+	if res.Desired != 2 || !got["a"].Bought || got["huge"].Bought || got["b"].Bought {
+		t.Fatalf("desired %d (%s), gangs %+v", res.Desired, res.Reason, res.Gangs)
+	}
+	if w := got["huge"].Why; !strings.Contains(w, "can never fit within the pool's limits, not even in an empty pool: limits.gpus 16") {
+		t.Fatalf("huge: %q", w)
+	}
+	if w := got["b"].Why; w != "does not fit within the pool's limits after work of higher priority" {
+		t.Fatalf("b: %q", w)
+	}
+	// Without limits, in a pool of at most 2 nodes: huge never fits.
+	cfg.Limits, cfg.Nodes = policy.Limits{}, capacity.Elastic(0, 2)
+	if res, err = Run("gpu", cfg, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range res.Gangs {
+		if g.Gang == "huge" && g.Why != "can never fit: not even an empty pool of the pool's max (2 nodes) holds it" {
+			t.Fatalf("huge: %q", g.Why)
+		}
+	}
+}
+
 // BenchmarkDecideGangs decides 10,000 pending instances in 100 gangs of 100
 // at 10 priority levels on a pool whose max holds a tenth of them (so the
 // run by priority that fits is searched), as tide decide does

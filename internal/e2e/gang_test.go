@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,6 +28,9 @@ type gangSpec struct {
 	restartable bool
 	labels      map[string]string
 	pool        string
+	// restartPolicy and maxRestarts, when set, are the instances'.
+	restartPolicy string
+	maxRestarts   int
 }
 
 func (cl *cluster) submitGang(s gangSpec) []string {
@@ -50,6 +54,9 @@ func submitTo(t *testing.T, c *client.Client, s gangSpec) []string {
 	}
 	if s.pool != "" {
 		req.Pool = &s.pool
+	}
+	if s.restartPolicy != "" {
+		req.RestartPolicy, req.MaxRestarts = &s.restartPolicy, &s.maxRestarts
 	}
 	res, err := c.Submit(context.Background(), req)
 	if err != nil {
@@ -317,4 +324,284 @@ func TestGangFailsWholeWithoutNodes(t *testing.T) {
 		t.Fatalf("started: %v", lines)
 	}
 	t.Logf("desired node counts seen: %v", desired)
+}
+
+// TestGangFailsWholeWhenTheProviderIsSlow: a pool whose machines boot in
+// 30 s (the local provider's start_delay) buys the two nodes of a gang of
+// two one-core instances with a max_wait of 3 s, in one purchase. The
+// machines are still booting when the max_wait passes: the gang fails
+// whole with the reason, and then every machine bought for it is released
+// (the booting ones cancelled: no worker ever registers, and the provider
+// is left with no machine but tombstones, the pool's min being 0) well
+// before they would have joined. No member ever runs.
+func TestGangFailsWholeWhenTheProviderIsSlow(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "pools.yaml")
+	if err := os.WriteFile(conf, []byte(`pools:
+  - name: slow
+    provider: {type: local, options: {start_delay: 30s}}
+    nodes: [0, 4]
+    offerings:
+      - {type: local-1cpu, cpu: 1, memory: 256Mi, price: 1}
+    scaling: {policy: tide, idle_timeout: 2s, batch_window: 200ms, reconcile_interval: 250ms}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl := newCluster(t)
+	cl.headArgs = []string{"--config", conf}
+	cl.startHead()
+	ctx := context.Background()
+	pool := func() httpapi.PoolJSON {
+		ps, err := cl.c.Pools(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps {
+			if p.Name == "slow" {
+				return p
+			}
+		}
+		t.Fatal("pool slow not listed")
+		return httpapi.PoolJSON{}
+	}
+	// Every poll: no member ever placed, no worker ever registered.
+	noRun := func(ids []string) {
+		for _, id := range ids {
+			switch in := cl.get(id); in.Status {
+			case "PENDING", "FAILED":
+			default:
+				t.Fatalf("gang member %s is %s", id, in.Status)
+			}
+		}
+		ws, err := cl.c.Workers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) > 0 {
+			t.Fatalf("a machine bought for the gang joined as worker %s (%s): it should have been cancelled while booting", ws[0].WorkerID, ws[0].Status)
+		}
+	}
+	out := filepath.Join(cl.dir, "gangs.txt")
+	start := time.Now()
+	ids := cl.submitGang(gangSpec{cmd: fmt.Sprintf(gangCmd, out, "1"), cpu: 1, replicas: 2, pool: "slow",
+		gang: &httpapi.GangRequest{Name: "slowgang", MaxWait: "3s"}})
+	var desired []int
+	seen := func() {
+		if d := pool().Desired; len(desired) == 0 || desired[len(desired)-1] != d {
+			desired = append(desired, d)
+		}
+	}
+	cl.waitFor(20*time.Second, "the gang to fail", func() (bool, string) {
+		seen()
+		noRun(ids)
+		failed := 0
+		for _, id := range ids {
+			if in := cl.get(id); in.Status == "FAILED" {
+				failed++
+				if r := fmt.Sprint(deref(in.FailureReason)); !strings.Contains(r, "gang slowgang (2 instances) not placed within 3s") {
+					t.Fatalf("reason %q", r)
+				}
+			}
+		}
+		return failed == 2, fmt.Sprintf("%d of 2 failed, desired so far %v", failed, desired)
+	})
+	if !slices.Contains(desired, 2) {
+		t.Fatalf("desired node counts %v: the gang's 2 nodes were never bought", desired)
+	}
+	failedAfter := time.Since(start)
+	machines := filepath.Join(cl.headDir, "machines", "slow", "machines")
+	var live []string
+	cl.waitFor(20*time.Second, "every machine bought for the gang to be released", func() (bool, string) {
+		seen()
+		noRun(ids)
+		p := pool()
+		nodes, err := cl.c.Nodes(ctx, &p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = live[:0]
+		recs, _ := filepath.Glob(filepath.Join(machines, "*", "machine.json"))
+		for _, r := range recs {
+			b, err := os.ReadFile(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rec struct {
+				Deleted bool `json:"deleted"`
+			}
+			if err := json.Unmarshal(b, &rec); err != nil {
+				t.Fatalf("%s: %v", r, err)
+			}
+			if !rec.Deleted {
+				live = append(live, filepath.Base(filepath.Dir(r)))
+			}
+		}
+		return p.Desired == 0 && p.Ready+p.Pending+p.Draining == 0 && len(nodes) == 0 && len(live) == 0 && len(recs) >= 2,
+			fmt.Sprintf("desired %d, ready %d, pending %d, draining %d, %d nodes, machines %v of %d records",
+				p.Desired, p.Ready, p.Pending, p.Draining, len(nodes), live, len(recs))
+	})
+	released := time.Since(start)
+	if released >= 30*time.Second {
+		t.Fatalf("released after %s, past the machines' 30s boot: not cancelled while booting", released)
+	}
+	noRun(ids)
+	if b, err := os.ReadFile(out); err == nil && len(b) > 0 {
+		t.Fatalf("a gang member ran: %s", b)
+	}
+	t.Logf("desired node counts %v; gang failed after %s, its machines released after %s", desired,
+		failedAfter.Round(time.Millisecond), released.Round(time.Millisecond))
+}
+
+// TestGangRestartsWholeOnRealWorkers: a restartable gang of two runs on two
+// worker processes, with the restart policy on-failure; rank 1's process
+// fails on its first attempt. The head restarts the gang whole: rank 0's
+// running process is stopped too (SIGTERM), and both ranks start again
+// together on their second attempt, with every rank's host; no process of
+// the second attempt starts before both of the first have ended. An event
+// GangRestart says why, and the gang completes.
+func TestGangRestartsWholeOnRealWorkers(t *testing.T) {
+	cl := newCluster(t)
+	cl.startHead()
+	cl.startWorker("rw1", freePort(t)+1000)
+	cl.startWorker("rw2", freePort(t)+2000)
+	out := filepath.Join(cl.dir, "restart.txt")
+	flag := filepath.Join(cl.dir, "failed-once")
+	cmd := fmt.Sprintf(`echo "start $TIDE_GANG_RANK $TIDE_GANG_HOSTS" >> %[1]s
+trap 'echo "stop $TIDE_GANG_RANK" >> %[1]s; exit 143' TERM
+if [ "$TIDE_GANG_RANK" = 1 ] && mkdir %[2]s 2>/dev/null; then sleep 1; echo "stop 1" >> %[1]s; exit 1; fi
+t=2; [ "$(grep -c "^start $TIDE_GANG_RANK " %[1]s)" = 1 ] && t=60 # the first attempt runs until the restart stops it
+sleep $t & wait $!
+echo "done $TIDE_GANG_RANK" >> %[1]s`, out, flag)
+	ids := cl.submitGang(gangSpec{cmd: cmd, cpu: 4, replicas: 2, gang: &httpapi.GangRequest{Name: "rg"}, restartable: true,
+		restartPolicy: "on-failure", maxRestarts: 2})
+	cl.waitFor(90*time.Second, "the gang to complete after one restart", func() (bool, string) {
+		done := 0
+		var st []string
+		for _, id := range ids {
+			in := cl.get(id)
+			st = append(st, fmt.Sprintf("%s/%d", in.Status, in.Attempt))
+			switch in.Status {
+			case "COMPLETED":
+				done++
+			case "FAILED", "CANCELLED":
+				t.Fatalf("member %s: %s (%v)", id, in.Status, deref(in.FailureReason))
+			}
+		}
+		return done == 2, strings.Join(st, " ")
+	})
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	// start 0/1, stop 1 (its failure), stop 0 (stopped for the restart),
+	// then start 0/1 again and done 0/1; the first two and the last four
+	// in either order within their kind.
+	count := map[string]int{}
+	var order []string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		count[f[0]]++
+		order = append(order, f[0])
+		if f[0] == "start" && (len(f) != 3 || len(strings.Split(f[2], ",")) != 2 || strings.Contains(f[2], ",,") ||
+			strings.HasPrefix(f[2], ",") || strings.HasSuffix(f[2], ",")) {
+			t.Fatalf("line %q: want both ranks' hosts", l)
+		}
+	}
+	if count["start"] != 4 || count["stop"] != 2 || count["done"] != 2 {
+		t.Fatalf("lines %q: want 4 starts, 2 stops (rank 1 failing, rank 0 stopped for the restart) and 2 completions", lines)
+	}
+	if i := slices.Index(order, "stop"); i != 2 || order[3] != "stop" {
+		t.Fatalf("lines %q: a process of the second attempt started before both of the first ended", lines)
+	}
+	for _, id := range ids {
+		if in := cl.get(id); in.Attempt != 2 {
+			t.Fatalf("member %s completed on attempt %d, want 2", id, in.Attempt)
+		}
+	}
+	evs, err := cl.c.Events(context.Background(), client.EventOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarts := 0
+	for _, e := range evs {
+		if e.Reason == "GangRestart" && strings.Contains(e.Message, "gang rg: rank 1") {
+			restarts++
+		}
+	}
+	if restarts != 1 {
+		t.Fatalf("%d GangRestart events, want 1", restarts)
+	}
+	t.Logf("lines: %q", lines)
+}
+
+// TestGangPreemptedWholeOnRealWorkers: a restartable gang of two fills two
+// worker processes of a pool that cannot grow; an instance of higher
+// priority preempts one member, and so the whole gang: after the grace
+// both members' processes are stopped and the gang waits whole while the
+// preemptor runs (no member running alone), then runs again whole once the
+// preemptor is cancelled, never placed in part.
+func TestGangPreemptedWholeOnRealWorkers(t *testing.T) {
+	cl := newCluster(t)
+	cl.headArgs = []string{"--preempt-grace", "1s"}
+	cl.startHead()
+	cl.startWorker("pg1", freePort(t)+1000)
+	cl.startWorker("pg2", freePort(t)+2000)
+	out := filepath.Join(cl.dir, "preempt.txt")
+	cmd := fmt.Sprintf(`echo "start $TIDE_GANG_RANK $$" >> %[1]s; trap 'echo "stop $TIDE_GANG_RANK $$" >> %[1]s; exit 143' TERM; sleep 300 & wait $!`, out)
+	ids := cl.submitGang(gangSpec{cmd: cmd, cpu: 4, replicas: 2, gang: &httpapi.GangRequest{Name: "pg"}, restartable: true})
+	for _, id := range ids {
+		cl.waitStatus(id, "RUNNING", 30*time.Second)
+	}
+	hi := cl.submitGang(gangSpec{cmd: "exec sleep 300", cpu: 4, priority: 10})[0]
+	// The scheduler never places part of the gang: no member runs a later
+	// attempt while another waits. (Stopping the members for the restart
+	// takes one store write each, so a poll may land between two of them.)
+	partial := func() {
+		waiting, again := 0, 0
+		for _, id := range ids {
+			switch in := cl.get(id); {
+			case in.Status == "PENDING":
+				waiting++
+			case in.Attempt > 1 && (in.Status == "ASSIGNED" || in.Status == "RUNNING"):
+				again++
+			}
+		}
+		if waiting > 0 && again > 0 {
+			t.Fatalf("gang partly placed again: %d waiting, %d on a later attempt", waiting, again)
+		}
+	}
+	cl.waitFor(30*time.Second, "the preemptor to run and the gang to wait whole", func() (bool, string) {
+		partial()
+		in := cl.get(hi)
+		a, b := cl.get(ids[0]), cl.get(ids[1])
+		return in.Status == "RUNNING" && a.Status == "PENDING" && b.Status == "PENDING",
+			fmt.Sprintf("hi %s, gang %s %s", in.Status, a.Status, b.Status)
+	})
+	cl.waitFor(20*time.Second, "both first attempts to be stopped", func() (bool, string) {
+		b, _ := os.ReadFile(out)
+		return strings.Count(string(b), "stop ") == 2, string(b)
+	})
+	for range 6 { // the gang keeps waiting whole while the preemptor runs
+		for _, id := range ids {
+			if in := cl.get(id); in.Status != "PENDING" {
+				t.Fatalf("member %s %s while the preemptor runs", id, in.Status)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	cl.cancel(hi, time.Second)
+	cl.waitFor(30*time.Second, "the gang to run again whole", func() (bool, string) {
+		partial()
+		a, b := cl.get(ids[0]), cl.get(ids[1])
+		return a.Status == "RUNNING" && b.Status == "RUNNING" && a.Attempt == 2 && b.Attempt == 2,
+			fmt.Sprintf("%s/%d %s/%d", a.Status, a.Attempt, b.Status, b.Attempt)
+	})
+	b, _ := os.ReadFile(out)
+	if n := strings.Count(string(b), "start "); n != 4 {
+		t.Fatalf("%d starts, want 2 per attempt:\n%s", n, b)
+	}
+	for _, id := range ids {
+		cl.cancel(id, time.Second)
+	}
 }

@@ -262,6 +262,9 @@ func (s *Store) ListInstances(ctx context.Context, f store.Filter) ([]*store.Ins
 		if f.Pool != nil && in.Pool != *f.Pool {
 			continue
 		}
+		if f.Gang != "" && in.GangID != f.Gang {
+			continue
+		}
 		match := true
 		for k, v := range f.Labels {
 			if got, ok := in.Labels[k]; !ok || got != v {

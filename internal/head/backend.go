@@ -225,6 +225,12 @@ func (h *Head) Cancel(ctx context.Context, id string, grace *time.Duration) (sto
 	}
 	if res.Outcome == store.CancelDone {
 		h.Poke()
+		if h.cfg.OnWithdraw != nil {
+			// Waiting work given up on: nodes booting for it may go.
+			if in, err := h.st.GetInstance(ctx, id); err == nil {
+				h.withdraw([]string{in.Pool})
+			}
+		}
 	}
 	return res, nil
 }

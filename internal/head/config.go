@@ -116,6 +116,11 @@ type Config struct {
 	// OnPressure is called with every changed pressure report (per pool),
 	// from the scheduler goroutine.
 	OnPressure func(map[string]capacity.Pressure)
+	// OnWithdraw is called with the pools of waiting work given up on
+	// before it was placed (gangs and instances failed by their max_wait,
+	// waiting instances cancelled), once the store ended it, so that their
+	// autoscalers cancel nodes still booting for it. Nil: none is told.
+	OnWithdraw func(pools []string)
 	// HTTPClient fetches logs from workers; a client with
 	// LogProxyTimeout when nil.
 	HTTPClient *http.Client

@@ -65,11 +65,19 @@ func (h *Head) activeOn(ctx context.Context, workers map[string]bool) ([]*store.
 }
 
 func consolidationInstance(in *store.Instance) consolidate.Instance {
-	pinned := in.TargetWorker != "" || len(in.RequestedGPUIndices) > 0
+	// A gang member is never moved for a saving: moving one restarts its
+	// whole gang (gangrestart.go).
 	return consolidate.Instance{ID: in.ID, Requests: in.Requests, Daemon: in.Daemon,
-		Restartable:  in.Restartable && !pinned && in.CancelRequestedAt.IsZero(),
+		Restartable:  movable(in) && in.GangID == "",
 		DoNotDisrupt: consolidate.DoNotDisrupt(in.Labels), StartedAt: in.AssignedAt,
 		Moved: in.Attempt > 1} // restarted before (a move, its restart policy, a lost worker): not moved again
+}
+
+// movable reports whether in may be stopped and started again elsewhere:
+// restartable, not pinned to a worker or to GPUs, no cancel requested.
+func movable(in *store.Instance) bool {
+	pinned := in.TargetWorker != "" || len(in.RequestedGPUIndices) > 0
+	return in.Restartable && !pinned && in.CancelRequestedAt.IsZero()
 }
 
 // MoveOff carries out a consolidation move on one worker: it cordons the

@@ -171,6 +171,8 @@ func (w workload) Inspect(ctx context.Context, nodes []controller.Node) (map[str
 		case ci.Daemon:
 		case ci.DoNotDisrupt:
 			info.Blocked = "do-not-disrupt work (instance " + in.ID + ")"
+		case !ci.Restartable && movable(in):
+			info.Blocked = "a member of a running gang (instance " + in.ID + "): moving it would restart the whole gang"
 		case !ci.Restartable:
 			info.Blocked = "non-restartable work (instance " + in.ID + ")"
 		}

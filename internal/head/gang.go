@@ -3,6 +3,7 @@ package head
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,6 +76,16 @@ func gangEnvs(st *store.SchedulingState, applied []store.Assignment) map[string]
 	return out
 }
 
+// withdraw tells the autoscalers of pools that waiting work there was
+// given up on (Config.OnWithdraw), each pool once.
+func (h *Head) withdraw(pools []string) {
+	if h.cfg.OnWithdraw == nil || len(pools) == 0 {
+		return
+	}
+	slices.Sort(pools)
+	h.cfg.OnWithdraw(slices.Compact(pools))
+}
+
 // setGangEnv replaces the rendezvous variables the desired sets carry.
 func (h *Head) setGangEnv(env map[string]map[string]string) {
 	h.mu.Lock()
@@ -128,11 +139,13 @@ const ReasonGangTimeout = "GANG_NOT_PLACED"
 
 // expireGangs fails whole every gang none of whose instances is placed
 // that has waited its max_wait, with the reason its rank 0 waited for.
-// Capacity bought for it is then no longer asked for: the pool's policy
-// releases it as it does any idle node.
+// Capacity bought for it is then no longer asked for: its pools are told
+// (Config.OnWithdraw), so nodes still booting for it are cancelled, and
+// those that joined go as any idle node does.
 func (h *Head) expireGangs(ctx context.Context, st *store.SchedulingState, applied []store.Assignment, waiting map[string]string, now time.Time) error {
 	type g struct {
 		ids    []string
+		pools  []string
 		name   string
 		oldest time.Time
 		wait   time.Duration
@@ -153,6 +166,9 @@ func (h *Head) expireGangs(ctx context.Context, st *store.SchedulingState, appli
 			gangs[si.GangID] = x
 		}
 		x.ids = append(x.ids, si.ID)
+		if !slices.Contains(x.pools, si.Pool) {
+			x.pools = append(x.pools, si.Pool)
+		}
 		if si.QueuedAt.Before(x.oldest) {
 			x.oldest = si.QueuedAt
 		}
@@ -176,6 +192,7 @@ func (h *Head) expireGangs(ctx context.Context, st *store.SchedulingState, appli
 		}
 	}
 	var errs []error
+	var withdrawn []string
 	for id, x := range gangs {
 		if now.Sub(x.oldest) < x.wait {
 			continue
@@ -191,8 +208,10 @@ func (h *Head) expireGangs(ctx context.Context, st *store.SchedulingState, appli
 		}
 		if len(failed) > 0 {
 			h.log.Info("gang failed whole", "gang", x.name, "id", id, "instances", len(failed), "max_wait", x.wait)
+			withdrawn = append(withdrawn, x.pools...)
 		}
 	}
+	h.withdraw(withdrawn)
 	if len(errs) > 0 {
 		return fmt.Errorf("gang deadlines: %w", errs[0])
 	}

@@ -81,6 +81,9 @@ type Head struct {
 	// instance of a gang, by id (gang.go).
 	evicting map[string]eviction
 	gangEnv  map[string]map[string]string
+	// gangsSeen is what the last scheduling passes found of the started
+	// gangs (gangrestart.go), by gang id.
+	gangsSeen map[string]gangSeen
 	// prefer maps an instance moved by consolidation to the worker its
 	// move planned for it (MoveOff), until it is placed or no longer
 	// pending.
@@ -295,6 +298,13 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if mended, err := h.mendGangs(ctx, st, now); err != nil {
+		h.log.Warn("restarting or failing broken gangs", "err", err) // retried on the next pass
+	} else if mended {
+		if st, err = h.st.SchedulingState(ctx); err != nil {
+			return 0, err
+		}
+	}
 	workers := make([]scheduler.Worker, 0, len(st.Workers))
 	for _, w := range st.Workers {
 		workers = append(workers, scheduler.Worker{Name: w.ID, Pool: w.Pool, Ordinal: w.Ordinal, Capacity: w.Capacity,
@@ -373,8 +383,18 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	h.mu.Unlock()
 	h.reportUnfit(ctx, st, res.Waiting)
 	h.publish(res.Pressure)
-	if err := h.preempt(ctx, res.Preemptions, poolOf(st), now); err != nil {
+	preempted, err := h.preempt(ctx, res.Preemptions, poolOf(st), now)
+	if err != nil {
 		return len(applied), err
+	}
+	if gangMember(st, preempted) {
+		// Preempting a gang member preempts its gang: the rest stop and
+		// wait with it now, not a pass later.
+		if st2, err := h.st.SchedulingState(ctx); err == nil {
+			if _, err := h.mendGangs(ctx, st2, now); err != nil {
+				h.log.Warn("restarting a preempted gang", "err", err)
+			}
+		}
 	}
 	if err := h.expireGangs(ctx, st, applied, res.Waiting, now); err != nil {
 		return len(applied), err

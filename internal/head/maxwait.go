@@ -104,6 +104,11 @@ func (h *Head) ExpireWaiting(ctx context.Context) ([]string, error) {
 	}
 	if len(failed) > 0 {
 		h.Poke() // the pressure report loses them
+		var pools []string
+		for _, id := range failed {
+			pools = append(pools, pool[id])
+		}
+		h.withdraw(pools)
 	}
 	return failed, nil
 }

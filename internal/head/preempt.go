@@ -33,7 +33,7 @@ func (h *Head) Preempt(ctx context.Context, pool, worker, why string, grace time
 		ci := consolidationInstance(in)
 		switch {
 		case in.Daemon:
-		case !ci.Restartable || ci.DoNotDisrupt:
+		case !movable(in) || ci.DoNotDisrupt: // a gang member moves too: its gang then restarts whole
 			stays++
 		default:
 			ok, err := h.st.MoveInstance(ctx, in.ID, in.Attempt, worker, store.ReasonMoved, h.clk.Now())

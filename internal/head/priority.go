@@ -69,8 +69,9 @@ func (h *Head) evictingSet() map[string]bool {
 // gets an event naming both instances and PreemptGrace to run on; one
 // whose grace passed is stopped and requeued (store.MoveInstance: only a
 // restartable instance, fenced by its attempt); a victim the pass no
-// longer needs is spared. pool maps instance ids to their pools.
-func (h *Head) preempt(ctx context.Context, prs []scheduler.Preemption, pool map[string]string, now time.Time) error {
+// longer needs is spared. pool maps instance ids to their pools. It
+// returns the victims it requeued.
+func (h *Head) preempt(ctx context.Context, prs []scheduler.Preemption, pool map[string]string, now time.Time) ([]string, error) {
 	h.mu.Lock()
 	if h.evicting == nil {
 		h.evicting = map[string]eviction{}
@@ -108,10 +109,13 @@ func (h *Head) preempt(ctx context.Context, prs []scheduler.Preemption, pool map
 		todo[id] = h.evicting[id]
 	}
 	h.mu.Unlock()
-	var errs []error
+	var (
+		errs  []error
+		moved []string
+	)
 	for _, id := range due {
 		e := todo[id]
-		moved, err := h.st.MoveInstance(ctx, id, e.attempt, e.worker, FailurePreempted, now)
+		ok, err := h.st.MoveInstance(ctx, id, e.attempt, e.worker, FailurePreempted, now)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -119,7 +123,8 @@ func (h *Head) preempt(ctx context.Context, prs []scheduler.Preemption, pool map
 		h.mu.Lock()
 		delete(h.evicting, id)
 		h.mu.Unlock()
-		if moved {
+		if ok {
+			moved = append(moved, id)
 			h.notify.wake(e.worker)
 			events = append(events, Event{Time: now, Pool: e.pool, Node: e.worker, Type: controller.TypeWarning,
 				Reason: ReasonInstancePreempted, Message: fmt.Sprintf(
@@ -135,9 +140,9 @@ func (h *Head) preempt(ctx context.Context, prs []scheduler.Preemption, pool map
 		h.Poke()
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("preempt: %w", errs[0])
+		return moved, fmt.Errorf("preempt: %w", errs[0])
 	}
-	return nil
+	return moved, nil
 }
 
 // poolOf maps the instances of st to their pools.

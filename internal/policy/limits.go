@@ -1,10 +1,15 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
+	"sort"
 	"strings"
+	"time"
 
+	"github.com/tide-project/tide/internal/binpack"
 	"github.com/tide-project/tide/internal/capacity"
 )
 
@@ -111,26 +116,61 @@ const CodeAtLimit = "at-limit"
 // New nodes are taken launch by launch, each counted at the most its
 // offering or any of its fallbacks could add, until the next would cross
 // a limit; the reason then names the limit and the figures.
+//
+// A gang is bought whole or not at all under the limits too: when the
+// backlog holds a gang and the purchase would be cut, the policy decides
+// again on the longest run of the backlog by priority (highest first, the
+// report's order within one) whose purchase fits within the limits whole,
+// plus as many instances of the next group as fit when that group is no
+// gang, as the pool's max does (prioritized.withinMax). A gang that
+// crosses a limit even in an empty pool is left out of that run (it can
+// never be bought for, so it holds up no work of lower priority). Gangs
+// left out wait whole; the reason names those that can never fit and the
+// first that waits for room.
 func (p *limited) Decide(in Input) Decision {
 	d := p.Policy.Decide(in)
-	add := d.Desired - in.Desired
-	if add <= 0 {
+	c := p.cut(&in, &d)
+	if c.why == "" {
 		return d
 	}
-	held := p.held(&in)
+	backlog := d.Backlog
+	if backlog == nil {
+		backlog = in.Pressure.Pending
+	}
+	if c.took < c.add && slices.ContainsFunc(backlog, func(g capacity.Pending) bool { return g.Gang != "" }) {
+		return p.gangsWhole(in, backlog, c.why)
+	}
+	return p.apply(&in, d, c)
+}
+
+// limitCut is what the limits leave of a decision's scale-up.
+type limitCut struct {
+	add, took int
+	kept      []capacity.Launch
+	// why names the limit the next node would cross ("" when the whole
+	// scale-up fits).
+	why string
+}
+
+// cut takes the new nodes of d launch by launch until the next would cross
+// a limit.
+func (p *limited) cut(in *Input, d *Decision) limitCut {
+	c := limitCut{add: d.Desired - in.Desired}
+	if c.add <= 0 {
+		return c
+	}
+	held := p.held(in)
 	launches := d.Launch
 	if len(launches) == 0 && len(p.cfg.Offerings) > 0 {
 		// No purchase: the controller tries every offering, cheapest first.
-		launches = []capacity.Launch{{Offering: p.cfg.Offerings[0].Name(), Fallback: p.names(), Count: add}}
+		launches = []capacity.Launch{{Offering: p.cfg.Offerings[0].Name(), Fallback: p.names(), Count: c.add}}
 	}
-	var kept []capacity.Launch
-	took, cut := 0, ""
 	for _, l := range launches {
 		res, cost := p.most(append([]string{l.Offering}, l.Fallback...))
 		n := 0
-		for ; n < l.Count && took+n < add; n++ {
+		for ; n < l.Count && c.took+n < c.add; n++ {
 			if why := p.crosses(held, res, cost); why != "" {
-				cut = why
+				c.why = why
 				break
 			}
 			held.Resources = held.Resources.Add(res)
@@ -138,34 +178,225 @@ func (p *limited) Decide(in Input) Decision {
 		}
 		if n > 0 {
 			l.Count = n
-			kept = append(kept, l)
+			c.kept = append(c.kept, l)
 		}
-		took += n
-		if cut != "" || took == add {
+		c.took += n
+		if c.why != "" || c.took == c.add {
 			break
 		}
 	}
-	if cut == "" {
-		return d
-	}
-	desired := max(in.Desired+took, p.cfg.Nodes.Min)
+	return c
+}
+
+// apply cuts d to c: the launches kept, the desired count they make.
+func (p *limited) apply(in *Input, d Decision, c limitCut) Decision {
+	desired := max(in.Desired+c.took, p.cfg.Nodes.Min)
 	if len(d.Launch) > 0 {
-		d.Launch = kept
+		d.Launch = c.kept
 	}
-	if d.Tide != nil && took < add {
+	if d.Tide != nil && c.took < c.add {
 		t := *d.Tide
 		t.Mix, t.Cost, t.Nodes, t.HasBound, t.Bound, t.Gap = nil, 0, 0, false, 0, 0
-		for _, l := range kept {
+		for _, l := range c.kept {
 			t.Mix = append(t.Mix, OfferingCount{Offering: l.Offering, Count: l.Count})
 			t.Cost += p.offering(l.Offering).EffectiveCost() * float64(l.Count)
 			t.Nodes += l.Count
 		}
 		d.Tide = &t
 	}
-	msg := fmt.Sprintf("%s; %d of %d new nodes bought (%s)", cut, took, add, d.Reason.String())
+	msg := fmt.Sprintf("%s; %d of %d new nodes bought (%s)", c.why, c.took, c.add, d.Reason.String())
 	d.Reason = Reason{Code: CodeAtLimit, Format: strings.ReplaceAll(msg, "%", "%%")}
 	d.Desired = desired
 	return d
+}
+
+// gangsWhole decides on the longest run of backlog, by priority, whose
+// purchase fits within the limits whole, plus what fits of the next group
+// when it is no gang; gangs that cross a limit even in an empty pool are
+// left out first. why is the limit the whole backlog's purchase crossed.
+func (p *limited) gangsWhole(in Input, backlog []capacity.Pending, why string) Decision {
+	order := slices.Clone(backlog)
+	slices.SortStableFunc(order, func(a, b capacity.Pending) int { return cmp.Compare(b.Priority, a.Priority) })
+	inner := p.inner()
+	decide := func(pend []capacity.Pending) (Decision, bool) {
+		sub := in
+		sub.Pressure.Pending = pend
+		d := inner.Decide(sub)
+		return d, p.cut(&sub, &d).why == ""
+	}
+	// fits remembers its last fitting decision: the run's, most often.
+	var lastK = -1
+	var last Decision
+	fits := func(k int) bool {
+		d, ok := decide(order[:k])
+		if ok {
+			lastK, last = k, d
+		}
+		return ok
+	}
+	// k is the longest run that fits. A gang that stops it and crosses a
+	// limit even in an empty pool is never bought for: it is left out and
+	// holds up no other work.
+	var never []string
+	k := longestRun(0, p.guess(&in, order), len(order), fits)
+	for k < len(order) && order[k].Gang != "" {
+		name := order[k].Gang
+		gang := groupsOf(order, name) // a gang may be several groups
+		w := p.alone(in, gang)
+		if w == "" {
+			break
+		}
+		never = append(never, fmt.Sprintf("gang %s (%d instances) can never fit, not even in an empty pool: %s", name, instances(gang), w))
+		first := slices.IndexFunc(order, func(g capacity.Pending) bool { return g.Gang == name })
+		order = slices.DeleteFunc(order, func(g capacity.Pending) bool { return g.Gang == name })
+		k = longestRun(first, first, len(order), fits) // the groups before its first are unchanged
+	}
+	run, part := order[:k:k], 0
+	if k < len(order) && order[k].Gang == "" {
+		// The most instances of the plain group that fit beside the run.
+		g := order[k]
+		part = sort.Search(g.Count, func(n int) bool {
+			g.Count = n + 1
+			_, ok := decide(append(run, g))
+			return !ok
+		})
+		if part > 0 {
+			g.Count = part
+			run = append(run, g)
+		}
+	}
+	// A gang whose groups the run cuts is left out whole.
+	cut := map[string]bool{}
+	for _, g := range order[k:] {
+		if g.Gang != "" {
+			cut[g.Gang] = true
+		}
+	}
+	whole := slices.DeleteFunc(slices.Clone(run), func(g capacity.Pending) bool { return cut[g.Gang] })
+	d := last
+	if part > 0 || lastK != k || len(whole) != len(run) {
+		run = whole
+		d, _ = decide(run)
+	}
+	d.Backlog = run
+	parts := []string{why}
+	parts = append(parts, never...)
+	for _, g := range order[k:] {
+		if g.Gang != "" {
+			parts = append(parts, fmt.Sprintf("gang %s (%d instances) waits whole: its nodes would cross the limit after work of higher priority",
+				g.Gang, instances(groupsOf(order, g.Gang))))
+			break
+		}
+	}
+	if k < len(order) && order[k].Gang == "" {
+		parts = append(parts, fmt.Sprintf("%d of %d instances of the next group bought for", part, order[k].Count))
+	}
+	msg := strings.Join(parts, "; ") + " (" + d.Reason.String() + ")"
+	d.Reason = Reason{Code: CodeAtLimit, Format: strings.ReplaceAll(msg, "%", "%%")}
+	return d
+}
+
+// GangNeverFits says which of cfg's limits (cfg validated) the purchase for
+// the gang of groups g (all its groups) would cross in a pool that holds nothing but its min nodes, at
+// now with the policy state st: such a gang is never bought for. "" when
+// it fits there or cfg sets no limit. tide decide reports it.
+func GangNeverFits(cfg Config, now time.Time, st State, g []capacity.Pending) string {
+	p, err := New(cfg)
+	if err != nil {
+		return ""
+	}
+	l, ok := p.(*limited)
+	if !ok {
+		return ""
+	}
+	return l.alone(Input{Now: now, State: st}, g)
+}
+
+// longestRun is the largest k in [lo, n] for which fits(k) holds, given
+// that fits(lo) does and that fits holds for a prefix of the ks: it checks
+// guess and the one after first (a good guess costs two calls), else it
+// searches the side the guess points to.
+func longestRun(lo, guess, n int, fits func(int) bool) int {
+	guess = min(max(guess, lo), n)
+	if guess > lo && !fits(guess) {
+		return lo + sort.Search(guess-lo-1, func(i int) bool { return !fits(lo + i + 1) })
+	}
+	if guess == n || !fits(guess+1) {
+		return guess
+	}
+	return guess + 1 + sort.Search(n-guess-1, func(i int) bool { return !fits(guess + i + 2) })
+}
+
+// guess is how many groups of order, from the first, fit within the
+// limits beside what the pool holds, each group counted on its own nodes
+// of the one offering that hosts it cheapest: a first guess for
+// longestRun (the packing shares nodes between groups, the guess does
+// not).
+func (p *limited) guess(in *Input, order []capacity.Pending) int {
+	held := p.held(in)
+	for k, g := range order {
+		best, bestCost := capacity.Resources{}, -1.0
+		for _, o := range p.cfg.Offerings {
+			if n, ok := binpack.NodesFor(g.Requests, g.Count, o.Resources); ok {
+				if c := o.PricePerHour * float64(n); bestCost < 0 || c < bestCost {
+					best, bestCost = o.Resources.Scale(int64(n)), c
+				}
+			}
+		}
+		if bestCost < 0 {
+			continue // fits no offering: buys nothing
+		}
+		if p.cfg.Limits.Crosses(held, best, bestCost) != "" {
+			return k
+		}
+		held.Resources = held.Resources.Add(best)
+		held.CostPerHour += bestCost
+	}
+	return len(order)
+}
+
+// alone says which limit the purchase for gang g (its groups) crosses in a pool that holds
+// nothing (its min nodes aside), "" when it fits there: a gang for which
+// it is not "" can never be bought for under the limits.
+func (p *limited) alone(in Input, g []capacity.Pending) string {
+	empty := Input{Now: in.Now, State: in.State, Desired: p.cfg.Nodes.Min, Held: &Held{},
+		Pressure: capacity.Pressure{Pending: g}}
+	if p.cfg.Nodes.Min > 0 {
+		empty.Held = nil // the min nodes, counted at the dearest offering
+	}
+	d := p.inner().Decide(empty)
+	return p.cut(&empty, &d).why
+}
+
+// groupsOf returns the groups of pend of gang name.
+func groupsOf(pend []capacity.Pending, name string) []capacity.Pending {
+	var out []capacity.Pending
+	for _, g := range pend {
+		if g.Gang == name {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// instances counts the instances of groups.
+func instances(groups []capacity.Pending) int {
+	n := 0
+	for _, g := range groups {
+		n += g.Count
+	}
+	return n
+}
+
+// inner is the policy the limits wrap, below the priority filter: the
+// backlogs gangsWhole and alone decide on are within the pool's max
+// already (parts of the backlog the filter kept), so it need not search
+// them again.
+func (p *limited) inner() Policy {
+	if pr, ok := p.Policy.(*prioritized); ok {
+		return pr.Policy
+	}
+	return p.Policy
 }
 
 // held is what the pool holds before the decision, counted as Decide says.

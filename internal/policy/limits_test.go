@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,8 +70,8 @@ func TestLimitsCutThePurchase(t *testing.T) {
 	}
 }
 
-// TestLimitsNeverCrossed: whatever the backlog and the held machines, a
-// decision's new nodes, each counted at the most its launch could add,
+// TestLimitsNeverCrossed: whatever the backlog (a gang in it) and the held
+// machines, a decision's new nodes, each counted at the most its launch could add,
 // keep the pool within every limit it was within.
 func TestLimitsNeverCrossed(t *testing.T) {
 	g8 := tideGPU
@@ -84,7 +86,8 @@ func TestLimitsNeverCrossed(t *testing.T) {
 			for held := 0; held <= 2; held++ { // within the limits
 				h := &Held{Nodes: held, Resources: g8.Resources.Scale(int64(held)), CostPerHour: g8.PricePerHour * float64(held)}
 				in := Input{Now: tideT0, State: waited, Desired: held, Held: h, Pressure: capacity.Pressure{Pending: []capacity.Pending{
-					{Requests: tideTask, Count: q}, {Requests: capacity.Resources{MilliCPU: 3000, Memory: 16 * ttGi, GPUs: 1}, Count: q / 5}}}}
+					{Requests: tideTask, Count: q}, {Requests: capacity.Resources{MilliCPU: 3000, Memory: 16 * ttGi, GPUs: 1}, Count: q / 5},
+					{Requests: capacity.Resources{MilliCPU: 4000, Memory: 16 * ttGi, GPUs: 4}, Count: 1 + q/50, Gang: "g", Priority: q % 3}}}}
 				d := p.Decide(in)
 				r, cost := h.Resources, h.CostPerHour
 				ls := d.Launch
@@ -125,6 +128,95 @@ func TestLimitsValidate(t *testing.T) {
 			t.Errorf("%+v: %v", c.l, err)
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%+v: error %v, want %q", c.l, err, c.want)
+		}
+	}
+}
+
+// TestLimitsBuyGangsWhole: under cpu, gpu or cost limits a gang's nodes are
+// bought whole or not at all, as under the pool's max: the purchase is the
+// longest run of the backlog by priority that fits within the limits, plus
+// what fits of a next group that is no gang. A gang left out waits whole,
+// and the reason names it, saying when it could never fit.
+func TestLimitsBuyGangsWhole(t *testing.T) {
+	gang := func(name string, n, gpus, prio int) capacity.Pending {
+		return capacity.Pending{Requests: gpu(int64(gpus)), Count: n, Gang: name, Priority: prio}
+	}
+	plain := func(n, gpus, prio int) capacity.Pending {
+		return capacity.Pending{Requests: gpu(int64(gpus)), Count: n, Priority: prio}
+	}
+	tests := []struct {
+		name    string
+		limits  Limits
+		held    int // g8 machines the pool holds
+		pending []capacity.Pending
+		want    int
+		kept    []string // the gangs bought for
+		reason  string   // "" : no limit binds
+	}{
+		{name: "a gang within the limits is bought whole", limits: Limits{GPUs: ptr[int64](32)},
+			pending: []capacity.Pending{gang("a", 3, 8, 0)}, want: 3, kept: []string{"a"}},
+		{name: "a gang that can never fit waits whole; plain work after it gets what fits", limits: Limits{GPUs: ptr[int64](16)},
+			pending: []capacity.Pending{gang("a", 3, 8, 5), plain(4, 8, 0)}, want: 2,
+			reason: "gang a (3 instances) can never fit, not even in an empty pool: limits.gpus 16: the pool holds 16, a node of 8 would make 24; 2 of 4 instances of the next group bought for"},
+		{name: "the higher priority gang is bought, the lower waits whole", limits: Limits{GPUs: ptr[int64](32)},
+			pending: []capacity.Pending{gang("low", 3, 8, 1), gang("high", 2, 8, 5)}, want: 2, kept: []string{"high"},
+			reason: "gang low (3 instances) waits whole: its nodes would cross the limit after work of higher priority"},
+		{name: "what the pool holds counts", limits: Limits{GPUs: ptr[int64](32)}, held: 2,
+			pending: []capacity.Pending{gang("a", 3, 8, 0)}, want: 2,
+			reason: "limits.gpus 32: the pool holds 32, a node of 8 would make 40; gang a (3 instances) waits whole: its nodes would cross"},
+		{name: "cost", limits: Limits{CostPerHour: ptr(60.0)},
+			pending: []capacity.Pending{gang("a", 3, 8, 0)}, want: 0,
+			reason: "gang a (3 instances) can never fit, not even in an empty pool: limits.cost_per_hour $60.00/h"},
+		{name: "a gang of two groups that can never fit is left out whole", limits: Limits{GPUs: ptr[int64](24)},
+			pending: []capacity.Pending{gang("m", 2, 8, 0), gang("m", 2, 6, 0), plain(1, 8, -1)}, want: 1,
+			reason: "gang m (4 instances) can never fit, not even in an empty pool: limits.gpus 24"},
+		{name: "a gang of two groups cut between them waits whole", limits: Limits{GPUs: ptr[int64](32)},
+			pending: []capacity.Pending{plain(1, 8, 5), gang("m", 2, 8, 0), gang("m", 2, 6, 0)}, want: 1,
+			reason: "gang m (4 instances) waits whole: its nodes would cross the limit after work of higher priority"},
+		{name: "cpu, a gang before plain work of the same priority", limits: Limits{MilliCPU: ptr[int64](4 * 96000)},
+			pending: []capacity.Pending{gang("a", 3, 8, 0), plain(3, 8, 0)}, want: 4, kept: []string{"a"},
+			reason: "1 of 3 instances of the next group bought for"},
+	}
+	for _, pol := range []string{Tide, Karpenter, ClusterAutoscaler} {
+		for _, tc := range tests {
+			t.Run(pol+"/"+tc.name, func(t *testing.T) {
+				cfg := tideConfig(t, capacity.Elastic(0, 20), []capacity.Offering{g8}, func(c *Config) { c.Policy, c.Limits = pol, tc.limits })
+				p, err := New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				in := Input{Now: tideT0, State: waited, Desired: tc.held, Pressure: capacity.Pressure{Pending: tc.pending},
+					Held: &Held{Nodes: tc.held, Resources: g8.Resources.Scale(int64(tc.held)), CostPerHour: g8.PricePerHour * float64(tc.held)}}
+				for i := range tc.held {
+					in.Pressure.Nodes = append(in.Pressure.Nodes, capacity.Node{ID: fmt.Sprint("n", i), Resources: g8.Resources,
+						Running: []capacity.Instance{{Requests: gpu(8)}}})
+				}
+				d := p.Decide(in)
+				if d.Desired != tc.want {
+					t.Errorf("desired %d, want %d (%s)", d.Desired, tc.want, d.Reason.String())
+				}
+				if n := launched(d.Launch); d.Launch != nil && n != d.Desired-tc.held {
+					t.Errorf("launches for %d nodes, desired %d -> %d", n, tc.held, d.Desired)
+				}
+				if tc.reason == "" {
+					if d.Reason.Code == CodeAtLimit {
+						t.Errorf("cut by a limit that does not bind: %s", d.Reason.String())
+					}
+					return
+				}
+				if d.Reason.Code != CodeAtLimit || !strings.Contains(d.Reason.String(), tc.reason) {
+					t.Errorf("reason %s: %s, want %s containing %q", d.Reason.Code, d.Reason.String(), CodeAtLimit, tc.reason)
+				}
+				var kept []string
+				for _, g := range d.Backlog {
+					if g.Gang != "" {
+						kept = append(kept, g.Gang)
+					}
+				}
+				if !slices.Equal(kept, tc.kept) {
+					t.Errorf("gangs bought for %v, want %v", kept, tc.kept)
+				}
+			})
 		}
 	}
 }

@@ -72,7 +72,8 @@ func Backlog(cfg Config, in Input) []capacity.Pending {
 
 // withinMax returns the groups of pend the pool can buy for within its
 // max: all of them when they fit, else the longest run by priority
-// (highest first, the report's order within one) that does.
+// (highest first, the report's order within one) that does; gangs that
+// not even an empty pool of max nodes could hold are left out first.
 func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.Pending {
 	if len(pend) == 0 || len(p.cfg.Offerings) == 0 {
 		return pend
@@ -88,6 +89,14 @@ func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.P
 	room := p.cfg.Nodes.Max - nodes
 	if room < 0 {
 		room = 0
+	}
+	// A gang that no pool of max nodes could hold is never bought for:
+	// left out, it holds up no work of lower priority.
+	if never := p.neverFitMax(pend); len(never) > 0 {
+		pend = slices.DeleteFunc(slices.Clone(pend), func(g capacity.Pending) bool { return never[g.Gang] })
+		if len(pend) == 0 {
+			return pend
+		}
 	}
 	order := slices.Clone(pend)
 	slices.SortStableFunc(order, func(a, b capacity.Pending) int { return cmp.Compare(b.Priority, a.Priority) })
@@ -148,6 +157,58 @@ func (p *prioritized) withinMax(in *Input, pend []capacity.Pending) []capacity.P
 		return order[:k]
 	}
 	return slices.DeleteFunc(order[:k], func(g capacity.Pending) bool { return cut[g.Gang] })
+}
+
+// GangFitsMax reports whether the gang of groups gang (all its groups)
+// fits an empty pool of cfg's max nodes (cfg validated): a gang that does
+// not is never bought for. tide decide reports it.
+func GangFitsMax(cfg Config, gang []capacity.Pending) bool {
+	if len(cfg.Offerings) == 0 {
+		return true
+	}
+	return (&prioritized{cfg: cfg}).fitsMax(gang)
+}
+
+// neverFitMax names the gangs of pend (all groups of a name together)
+// that no empty pool of max nodes could hold.
+func (p *prioritized) neverFitMax(pend []capacity.Pending) map[string]bool {
+	var never map[string]bool
+	for i, g := range pend {
+		if g.Gang == "" || slices.ContainsFunc(pend[:i], func(o capacity.Pending) bool { return o.Gang == g.Gang }) {
+			continue // plain, or this gang's first group decided it
+		}
+		gang := []capacity.Pending{g}
+		for _, o := range pend[i+1:] {
+			if o.Gang == g.Gang {
+				gang = append(gang, o)
+			}
+		}
+		if !p.fitsMax(gang) {
+			if never == nil {
+				never = map[string]bool{}
+			}
+			never[g.Gang] = true
+		}
+	}
+	return never
+}
+
+// fitsMax reports whether the groups of one gang fit an empty pool of max
+// nodes together (requests that fit no offering count as fitting: the
+// policy reports such shapes).
+func (p *prioritized) fitsMax(gang []capacity.Pending) bool {
+	if len(gang) == 1 {
+		if n, ok := p.ownNodes(gang[0]); !ok || n <= p.cfg.Nodes.Max {
+			return true
+		}
+	}
+	res := binpack.Pack(gang, p.cfg.Offerings, binpack.WithMaxNew(p.cfg.Nodes.Max))
+	for g, u := range res.Unplaced {
+		if u > 0 && p.fitsSomeOffering(gang[g].Requests) {
+			return false
+		}
+	}
+	return true
 }
 
 // ownNodes is the fewest nodes of one offering that host group g alone;

@@ -130,3 +130,35 @@ func TestGangOfSeveralGroupsAtMax(t *testing.T) {
 		t.Fatalf("desired %d (%s), want the whole 3-node gang", d.Desired, d.Reason)
 	}
 }
+
+// A gang that no pool of max nodes could hold is never bought for, and
+// holds up no work of lower priority: that work is bought for as if the
+// gang were not there. A gang that only waits for room does hold it up.
+func TestGangAboveMaxHoldsUpNothing(t *testing.T) {
+	cfg := tideConfig(t, capacity.Elastic(0, 2), []capacity.Offering{g8})
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Input{Now: tideT0, State: waited, Pressure: capacity.Pressure{Pending: []capacity.Pending{
+		{Requests: gpu(8), Count: 3, Gang: "big", Priority: 9},
+		{Requests: gpu(8), Count: 1, Priority: 1}}}}
+	if d := p.Decide(in); d.Desired != 1 {
+		t.Fatalf("desired %d (%s), want 1 for the lone instance", d.Desired, d.Reason)
+	}
+	// Likewise a gang of two groups that each fit the max, but not together.
+	two := Input{Now: tideT0, State: waited, Pressure: capacity.Pressure{Pending: []capacity.Pending{
+		{Requests: gpu(8), Count: 1, Gang: "m", Priority: 9}, {Requests: gpu(8), Count: 2, Gang: "m", Priority: 9},
+		{Requests: gpu(8), Count: 1, Priority: 1}}}}
+	if d := p.Decide(two); d.Desired != 1 {
+		t.Fatalf("desired %d (%s), want 1 for the lone instance beside a 2-group gang of 3 nodes", d.Desired, d.Reason)
+	}
+	// A gang of 2 fits the max but not beside the running node: it waits
+	// for room, and the work below it waits too (strict priority).
+	in.Pressure.Pending[0].Count = 2
+	in.Pressure.Nodes = []capacity.Node{{ID: "n0", Resources: g8.Resources, Running: []capacity.Instance{{Requests: gpu(8)}}}}
+	in.Desired = 1
+	if d := p.Decide(in); d.Desired != 1 {
+		t.Fatalf("desired %d (%s), want 1: the gang of 2 waits for room and holds the rest", d.Desired, d.Reason)
+	}
+}

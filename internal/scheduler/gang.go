@@ -13,8 +13,15 @@ type gang struct {
 	// members are indexes into pending, by rank.
 	members []int
 	// started is set when an instance of the gang is placed: the gang
-	// started, and a pending member (a restart) is placed on its own.
+	// started. A pending member never placed before (attempt 0: the
+	// gang's first placement was torn by a race in the store) is then
+	// placed on its own; one placed before (a member that ended its
+	// attempt and was requeued) waits until the gang's placed members
+	// stopped too (the head restarts the gang whole, or fails it), and
+	// then the gang is placed whole again.
 	started bool
+	// placed counts the gang's placed instances.
+	placed int
 	// done is set once Place has tried the gang in this call.
 	done bool
 }
@@ -41,12 +48,25 @@ func gangsOf(placed, pending []Instance) map[string]*gang {
 	for i := range placed {
 		if g := gs[placed[i].Gang]; g != nil {
 			g.started = true
+			g.placed++
 		}
 	}
 	for _, g := range gs {
 		slices.SortStableFunc(g.members, func(a, b int) int { return cmp.Compare(pending[a].GangRank, pending[b].GangRank) })
 	}
 	return gs
+}
+
+// restarting reports whether pending instance p is a member of a started
+// gang placed before: it waits for the rest of its gang to stop, and says
+// so in res (see gang.started).
+func restarting(g *gang, p *Instance, res *Result) bool {
+	if g == nil || !g.started || p.Attempt == 0 {
+		return false
+	}
+	res.Waiting[p.ID] = fmt.Sprintf("gang of %d restarting: rank %d waits for the %d placed members of its gang to stop, to start again with them",
+		max(p.GangSize, len(g.members)+g.placed), p.GangRank, g.placed)
+	return true
 }
 
 // queueOrder is the order Place considers pending instances in: higher

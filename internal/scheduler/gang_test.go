@@ -60,11 +60,40 @@ func TestPlaceGangAllOrNothing(t *testing.T) {
 	if !slices.Contains(render(res.Assignments), "lone@b[1]") && !slices.Contains(render(res.Assignments), "lone@a[1]") {
 		t.Fatalf("lone not placed: %v", render(res.Assignments))
 	}
-	// A gang with a placed member (a restart) places its pending member alone.
+	// A gang with a placed member and a member never placed (its first
+	// placement torn by a race in the store) places that member alone.
 	started := placedOn("a", gangOf("g3", 2, 1, 0)[0], 0)
 	res = Place(ws, []Instance{started}, gangOf("g3", 2, 1, 0)[1:], Config{}, now)
 	if len(res.Assignments) != 1 {
-		t.Fatalf("restarted member not placed: %v %v", render(res.Assignments), res.Waiting)
+		t.Fatalf("torn member not placed: %v %v", render(res.Assignments), res.Waiting)
+	}
+}
+
+// A member of a started gang that was placed before and waits again (its
+// attempt ended: a lost worker, a preemption, its restart policy) is not
+// placed alone, buys nothing and preempts nothing: it waits for the rest of
+// its gang to stop, so that the gang starts again whole.
+func TestRestartingGangMemberWaitsForItsGang(t *testing.T) {
+	ws := []Worker{wk("a", 8, 32, 2), wk("b", 8, 32, 2)}
+	g := gangOf("g", 3, 1, 0)
+	running := []Instance{placedOn("a", g[0], 0), placedOn("a", g[1], 1)}
+	again := with(g[2], func(i *Instance) { i.Attempt = 1 })
+	res := Place(ws, running, []Instance{again}, Config{Preemptible: func(string) bool { return true }}, now)
+	if len(res.Assignments) != 0 || len(res.Preemptions) != 0 {
+		t.Fatalf("a restarting member placed alone or preempting: %v %+v", render(res.Assignments), res.Preemptions)
+	}
+	if w := res.Waiting["g-2"]; !strings.Contains(w, "gang of 3 restarting: rank 2 waits for the 2 placed members of its gang to stop") {
+		t.Fatalf("waits: %q", w)
+	}
+	for pool, pr := range res.Pressure {
+		if len(pr.Pending) != 0 {
+			t.Fatalf("pool %q buys for a restarting member: %+v", pool, pr.Pending)
+		}
+	}
+	// Once the others stopped and wait again too, the gang is placed whole.
+	all := []Instance{with(g[0], func(i *Instance) { i.Attempt = 1 }), with(g[1], func(i *Instance) { i.Attempt = 1 }), again}
+	if res := Place(ws, nil, all, Config{}, now); len(res.Assignments) != 3 {
+		t.Fatalf("restarted gang: %v %v", render(res.Assignments), res.Waiting)
 	}
 }
 

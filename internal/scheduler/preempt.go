@@ -81,7 +81,7 @@ func preempt(nodes []node, byName map[string]int, byPool map[string][]int, place
 		}
 		g := gangs[p.Gang]
 		if g != nil && g.started {
-			g = nil // a restarting member preempts alone
+			g = nil // completing a torn first placement: preempts alone
 		}
 		if g != nil && tried[p.Gang] {
 			continue

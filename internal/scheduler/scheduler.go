@@ -221,6 +221,9 @@ func Place(workers []Worker, placed, pending []Instance, cfg Config, now time.Ti
 			}
 			continue
 		}
+		if restarting(gangs[p.Gang], p, &res) {
+			continue // neither buys nor preempts: its gang restarts whole
+		}
 		if now.Before(p.NotBefore) {
 			why := p.Held
 			if why == "" {

@@ -175,7 +175,9 @@ type Filter struct {
 	Status Status
 	Labels map[string]string
 	Pool   *string
-	Limit  int
+	// Gang, when set, keeps the instances of that gang (Instance.GangID).
+	Gang  string
+	Limit int
 }
 
 // instanceWhere is the WHERE clause (with its leading " WHERE ", or "")
@@ -192,6 +194,10 @@ func instanceWhere(f Filter) (string, []any) {
 	if f.Pool != nil {
 		where = append(where, "i.pool = ?")
 		args = append(args, *f.Pool)
+	}
+	if f.Gang != "" {
+		where = append(where, "i.gang_id = ?")
+		args = append(args, f.Gang)
 	}
 	for k, v := range f.Labels {
 		where = append(where, "EXISTS (SELECT 1 FROM instance_labels l WHERE l.instance_id = i.id AND l.key = ? AND l.value = ?)")

@@ -9,7 +9,6 @@ package build
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -92,22 +91,41 @@ func New(pc config.Pool, env Env) (func() (provider.Provider, error), error) {
 	}
 }
 
-// localProvider runs machines as tide worker processes of this host; it
-// takes no options.
+// localOptions are the local provider's options.
+type localOptions struct {
+	// StartDelay is how long each machine takes to boot before its
+	// worker starts (local.Config.StartDelay): a slow provider on this
+	// host, for tests and demos.
+	StartDelay config.Duration `json:"start_delay,omitempty"`
+}
+
+// localProvider runs machines as tide worker processes of this host; its
+// one option is start_delay.
 func localProvider(pc config.Pool, env Env) (func() (provider.Provider, error), error) {
+	var o localOptions
 	if len(pc.Provider.Options) > 0 {
-		return nil, errors.New("provider.options: the local provider takes no options")
+		js, err := json.Marshal(pc.Provider.Options)
+		if err == nil {
+			err = strictjson.Decode(js, &o)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("provider.options: the local provider takes only start_delay: %w", err)
+		}
+		if o.StartDelay < 0 {
+			return nil, fmt.Errorf("provider.options.start_delay: must not be negative, got %s", time.Duration(o.StartDelay))
+		}
 	}
 	if err := env.hostRun(pc); err != nil {
 		return nil, err
 	}
 	return func() (provider.Provider, error) {
 		return local.New(local.Config{
-			Root:      filepath.Join(env.MachinesDir, pc.Name),
-			Command:   local.WorkerCommand(env.Binary),
-			Offerings: pc.Offerings,
-			Clock:     env.Clock,
-			Logger:    env.Logger.With("component", "local-provider"),
+			Root:       filepath.Join(env.MachinesDir, pc.Name),
+			Command:    local.WorkerCommand(env.Binary),
+			Offerings:  pc.Offerings,
+			Clock:      env.Clock,
+			Logger:     env.Logger.With("component", "local-provider"),
+			StartDelay: time.Duration(o.StartDelay),
 		})
 	}, nil
 }

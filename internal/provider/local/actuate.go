@@ -90,6 +90,10 @@ func (p *Provider) startWorker(m *machine) {
 		p.mu.Unlock()
 		return
 	}
+	if !p.booted(m) {
+		p.mu.Unlock()
+		return
+	}
 	cmd := m.cmd
 	m.cmd = nil
 	w := p.worker(m)
@@ -126,6 +130,31 @@ func (p *Provider) startWorker(m *machine) {
 		p.log.Warn("record the worker process", "machine", m.ID, "pid", pr.pid, "err", err)
 	}
 	p.log.Info("worker started", "machine", m.ID, "pid", pr.pid)
+}
+
+// booted waits, with the lock held on entry and on return, until
+// Config.StartDelay has passed since m became Configuring (its UpdatedAt,
+// recorded, so a restarted provider waits only what is left). It reports
+// false when the wait ended otherwise: m left Configuring (a Drain or
+// Delete, which cancel the wait through stopReady), or the provider closes.
+func (p *Provider) booted(m *machine) bool {
+	left := m.UpdatedAt.Add(p.cfg.StartDelay).Sub(p.clock.Now())
+	if p.cfg.StartDelay <= 0 || left <= 0 {
+		return true
+	}
+	ctx, cancel := context.WithCancel(p.ctx)
+	defer cancel()
+	m.stopReady = cancel
+	p.mu.Unlock()
+	t := p.clock.NewTimer(left)
+	select {
+	case <-t.C():
+	case <-ctx.Done():
+	}
+	t.Stop()
+	p.mu.Lock()
+	m.stopReady = nil
+	return ctx.Err() == nil && m.State == provider.Configuring && m.proc == nil
 }
 
 // spawn starts cmd as m's worker: its own process group, the marker in its

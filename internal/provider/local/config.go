@@ -77,6 +77,12 @@ type Config struct {
 	KillTimeout time.Duration
 	// PollInterval is how often waits re-check processes (20ms).
 	PollInterval time.Duration
+	// StartDelay is how long a machine takes to boot: its worker process
+	// starts this long after Configure accepted it (the machine stays
+	// Configuring meanwhile; a Drain or Delete in that time ends it with
+	// no process started). 0, the default, starts at once. It lets tests
+	// and demos meet a provider slower than the work waiting for it.
+	StartDelay time.Duration
 }
 
 // Worker is what Command and Ready get to know about a machine.
@@ -156,7 +162,7 @@ func (c Config) Validate() error {
 		v     time.Duration
 	}{
 		{"drain_timeout", c.DrainTimeout}, {"ready_timeout", c.ReadyTimeout},
-		{"kill_timeout", c.KillTimeout}, {"poll_interval", c.PollInterval},
+		{"kill_timeout", c.KillTimeout}, {"poll_interval", c.PollInterval}, {"start_delay", c.StartDelay},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %s", d.field, d.v))

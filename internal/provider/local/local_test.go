@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tide-project/tide/internal/capacity"
+	"github.com/tide-project/tide/internal/clock"
 	tideprovider "github.com/tide-project/tide/internal/provider"
 	"github.com/tide-project/tide/internal/provider/providertest"
 	"github.com/tide-project/tide/sdk/provider"
@@ -99,6 +100,59 @@ func TestDrainIsGraceful(t *testing.T) {
 	r.want("m1", provider.Configured)
 	if again := r.pid("m1"); again == pid {
 		t.Fatalf("reconfigured machine reports the old pid %d", pid)
+	}
+}
+
+// TestStartDelay: with Config.StartDelay a configured machine boots
+// slowly: its worker process starts only once the delay has passed on the
+// provider's clock (Configuring until then, no process), and a Drain or a
+// Delete during the delay ends the boot with no process ever started.
+func TestStartDelay(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := newRig(t, modeGraceful, func(c *Config) { c.StartDelay = 10 * time.Minute; c.Clock = clk })
+	booting := func(ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			r.create(id)
+			if ack, err := r.configure(id); err != nil || ack.State != provider.Configuring {
+				t.Fatalf("configure %s: %+v, %v", id, ack, err)
+			}
+		}
+		eventually(t, "every machine waits for its boot", func() bool { return clk.Waiters() >= len(ids) })
+	}
+	booting("m1", "m2", "m3")
+	clk.Advance(10*time.Minute - time.Second)
+	for _, id := range []string{"m1", "m2", "m3"} {
+		r.want(id, provider.Configuring)
+		r.p.mu.Lock()
+		started := r.p.machines[id].proc != nil
+		r.p.mu.Unlock()
+		if started {
+			t.Fatalf("%s started its worker before its start delay passed", id)
+		}
+	}
+	// Cancelled while booting: no process, ever.
+	if ack, err := r.drain("m2"); err != nil || ack.State != provider.Draining {
+		t.Fatalf("drain: %+v, %v", ack, err)
+	}
+	if ack, err := r.delete("m3"); err != nil || ack.State != provider.Deleting {
+		t.Fatalf("delete: %+v, %v", ack, err)
+	}
+	eventually(t, "the drained and deleted machines settle", func() bool {
+		m, err := r.p.Get(r.ctx(), "m2")
+		_, gone := r.p.Get(r.ctx(), "m3")
+		return err == nil && m.State == provider.Idle && provider.IsNotFound(gone)
+	})
+	clk.Advance(time.Second)
+	r.wait()
+	r.want("m1", provider.Configured)
+	if pid := r.pid("m1"); !exists(pid) {
+		t.Fatalf("m1's worker %d does not run", pid)
+	}
+	for _, id := range []string{"m2", "m3"} {
+		if _, err := os.Stat(filepath.Join(r.out, id+".ready")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s, cancelled while booting, started a worker (%v)", id, err)
+		}
 	}
 }
 
@@ -581,6 +635,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad offering", Config{Root: "r", Command: cmd, Offerings: []capacity.Offering{{Type: "x"}}}, "offerings[0]: resources:"},
 		{"twice", Config{Root: "r", Command: cmd, Offerings: []capacity.Offering{testOffering, testOffering}}, `offerings[1]: offering "t1/on-demand" listed twice`},
 		{"negative", Config{Root: "r", Command: cmd, DrainTimeout: -time.Second}, "drain_timeout: must not be negative"},
+		{"negative start delay", Config{Root: "r", Command: cmd, StartDelay: -time.Second}, "start_delay: must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -74,7 +74,7 @@ type machine struct {
 	acting bool
 	stuck  error
 	gone   bool
-	// stopReady cancels the Ready call in progress.
+	// stopReady cancels the Ready call or the start delay in progress.
 	stopReady context.CancelFunc
 }
 

@@ -10,7 +10,8 @@ import (
 
 // testPriorityAndGangFields: an instance's priority and gang fields
 // survive insert, get, list and the scheduling state, in both stores;
-// instances without them read zero.
+// instances without them read zero; a list filtered by gang holds its
+// members only.
 func testPriorityAndGangFields(t *testing.T, open Opener) {
 	ctx := context.Background()
 	s := open(t)
@@ -50,6 +51,21 @@ func testPriorityAndGangFields(t *testing.T, open Opener) {
 		if in.ID == "g1" {
 			check("list", in.ID, -6, "g0", 3, 1, 90*time.Second, in)
 		}
+	}
+	members, err := s.ListInstances(ctx, store.Filter{Gang: "g0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(members) != 3 {
+		t.Fatalf("list of gang g0: %d instances, want its 3", len(members))
+	}
+	for _, in := range members {
+		if in.GangID != "g0" {
+			t.Fatalf("list of gang g0 holds %s of gang %q", in.ID, in.GangID)
+		}
+	}
+	if n, err := s.CountInstances(ctx, store.Filter{Gang: "g0", Status: store.StatusAssigned}); err != nil || n != 1 {
+		t.Fatalf("assigned instances of gang g0: %d, %v; want 1", n, err)
 	}
 	st, err := s.SchedulingState(ctx)
 	if err != nil {
