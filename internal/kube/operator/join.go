@@ -82,8 +82,11 @@ func (o *Operator) mint(ctx context.Context, r *runner, machineID, offering, pro
 		for k, v := range demand.ResourceList(off.Resources) {
 			capa[k] = v.String()
 		}
-		return o.mintKubelet(ctx, r, machineID, provType, capa,
-			machineLabels(demand.OfferingLabels(&demand.Pool{Labels: r.pool.Labels}, &off), machineID))
+		labels := machineLabels(demand.OfferingLabels(&demand.Pool{Labels: r.pool.Labels}, &off), machineID)
+		if r.pool.Join.UserData == poolspec.UserDataEKS {
+			return o.eksUserData(ctx, r, machineID, labels)
+		}
+		return o.mintKubelet(ctx, r, machineID, provType, capa, labels)
 	}
 	name := credName(machineID)
 	labels := map[string]string{demand.PoolLabel: r.name, MachineLabel: machineID}
