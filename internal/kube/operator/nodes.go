@@ -81,30 +81,32 @@ func (x *nodeIndex) machineOf(n *corev1.Node) (string, bool) {
 // refresh rebuilds the index from the pool's Nodes. When two Nodes claim
 // one machine, one not being deleted wins, then the first by name.
 func (x *nodeIndex) refresh(nodes []*corev1.Node) {
-	sorted := slices.Clone(nodes)
-	slices.SortFunc(sorted, func(a, b *corev1.Node) int {
-		if (a.DeletionTimestamp == nil) != (b.DeletionTimestamp == nil) {
-			if a.DeletionTimestamp == nil {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(a.Name, b.Name)
-	})
-	node, machine := map[string]string{}, map[string]string{}
-	for _, n := range sorted {
+	node, machine := make(map[string]string, len(nodes)), make(map[string]string, len(nodes))
+	winner := make(map[string]*corev1.Node, len(nodes))
+	for _, n := range nodes {
 		id, ok := x.machineOf(n)
 		if !ok {
 			continue
 		}
-		if _, taken := node[id]; taken {
+		if w := winner[id]; w != nil && !before(n, w) {
 			continue
+		} else if w != nil {
+			delete(machine, w.Name)
 		}
-		node[id], machine[n.Name] = n.Name, id
+		winner[id], node[id], machine[n.Name] = n, n.Name, id
 	}
 	x.mu.Lock()
 	x.node, x.machine = node, machine
 	x.mu.Unlock()
+}
+
+// before orders two Nodes claiming one machine: not being deleted first,
+// then by name.
+func before(a, b *corev1.Node) bool {
+	if (a.DeletionTimestamp == nil) != (b.DeletionTimestamp == nil) {
+		return a.DeletionTimestamp == nil
+	}
+	return a.Name < b.Name
 }
 
 // Name returns the name of machine id's Node: the indexed one, else the

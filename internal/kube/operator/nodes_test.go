@@ -64,7 +64,7 @@ func testNode(name, pool, providerID string, labels map[string]string) *corev1.N
 func TestNodeIndexFindsNodes(t *testing.T) {
 	prov := &cloud{instances: map[string]string{"p-3": "i-0abc", "p-6": "i-0def"}}
 	x := newNodeIndex(func(id string) string { return id }, prov)
-	gone := testNode("ip-10-0-0-9.ec2.internal", "p", "", map[string]string{MachineLabel: "p-7"})
+	gone := testNode("ip-10-0-0-0.ec2.internal", "p", "", map[string]string{MachineLabel: "p-7"})
 	gone.DeletionTimestamp = &metav1.Time{}
 	x.refresh([]*corev1.Node{
 		testNode("ip-10-0-0-1.ec2.internal", "p", "aws:///us-east-1a/i-0def", map[string]string{MachineLabel: "p-1"}),
@@ -90,6 +90,9 @@ func TestNodeIndexFindsNodes(t *testing.T) {
 	}
 	if id, ok := x.Machine("ip-10-0-0-3.ec2.internal"); !ok || id != "p-3" {
 		t.Errorf("Machine(ip-10-0-0-3.ec2.internal) = %s %v, want p-3", id, ok)
+	}
+	if id, ok := x.Machine("ip-10-0-0-0.ec2.internal"); ok {
+		t.Errorf("Machine of the Node being deleted that lost p-7 = %s", id)
 	}
 	if id, ok := x.Machine("ip-10-0-0-8.ec2.internal"); ok {
 		t.Errorf("Machine of a Node of no machine = %s", id)
