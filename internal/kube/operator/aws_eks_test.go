@@ -165,4 +165,7 @@ func TestAWSEKSUserData(t *testing.T) {
 	if _, err := kc.CoreV1().Nodes().Get(ctx, nodes[1].Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("Node %s of eks-1-2 went with eks-0-1: %v", nodes[1].Name, err)
 	}
+	if _, err := j.Delete(ctx, provider.DeleteRequest{Fence: f, Pool: "eks", MachineID: "eks-1-2"}); err != nil {
+		t.Fatalf("Delete eks-1-2: %v", err)
+	}
 }

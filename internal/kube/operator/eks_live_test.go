@@ -1,14 +1,17 @@
 package operator_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,7 +129,8 @@ func (e *eksNodeadm) sync(t *testing.T) {
 // pool's status counts them), the pods are bound; no credential is minted.
 // The pods deleted, each Node is cordoned, drained and deleted with its
 // instance. Then a bare pod gets a Node, and deleting the NodePool drains
-// it through the Eviction API; its Node, instance and the NodePool go.
+// it through the Eviction API (tide's log names the DNS-named Node); its
+// Node, instance and the NodePool go.
 func TestLiveEKSNodes(t *testing.T) {
 	moto := awstest.StartMoto(t)
 	awstest.Env(t)
@@ -136,7 +140,7 @@ func TestLiveEKSNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const pool = "eks"
+	const pool = "eks-live" // moto is shared by the package's tests: not the pool of TestAWSEKSUserData
 	l.nodePool(t, pool, `{"nodes":{"min":0,"max":4},
   "provider":{"type":"aws","options":{"name":"live-eks-`+time.Now().Format("150405.000000")+`","endpoint":"`+moto.URL+`",
     "image_id":"ami-03cf127a","instance_types":["m5.xlarge"],"capacity":["on-demand"],"max_backoff":"20ms"}},
@@ -144,8 +148,9 @@ func TestLiveEKSNodes(t *testing.T) {
   "node_labels":{"tier":"eks"},"node_taints":[{"key":"dedicated","value":"eks","effect":"NoSchedule"}],
   "node_join":{"mode":"kubelet","user_data":"eks","eks":{"cluster":"tide-test","api_server_endpoint":"`+l.Server+`",
     "certificate_authority":"`+base64.StdEncoding.EncodeToString(ca)+`","service_cidr":"10.96.0.0/12"}}}`)
+	logs := &syncBuffer{}
 	op := l.runOperatorWith(t, operator.Options{Identity: "eks", Pools: []string{pool},
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), logs), &slog.HandlerOptions{Level: slog.LevelInfo}))})
 
 	ac, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
@@ -214,25 +219,16 @@ func TestLiveEKSNodes(t *testing.T) {
 	t.Logf("scaled down: Nodes and instances gone in %v", time.Since(began).Round(time.Millisecond))
 
 	// A bare pod, then the NodePool deleted: its Node is drained through
-	// the Eviction API (the pod holds a finalizer of the test's, so its
-	// eviction is seen before it goes), then it and its instance go, then
-	// the NodePool.
-	const hold = "tide.dev/test-hold"
+	// the Eviction API (tide's log says so, naming the Node), then it and
+	// its instance go, then the NodePool.
 	zero := int64(0)
-	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "eks-bare", Namespace: "default", Finalizers: []string{hold}},
+	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "eks-bare", Namespace: "default"},
 		Spec: corev1.PodSpec{NodeSelector: map[string]string{"tier": "eks"}, Tolerations: []corev1.Toleration{tolerate},
 			TerminationGracePeriodSeconds: &zero, Containers: []corev1.Container{{Name: "c", Image: "x",
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}}}
 	if _, err := l.cs.CoreV1().Pods("default").Create(ctx, bare, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { // the finalizer never outlives the test
-		_ = l.cs.CoreV1().Pods("default").Delete(context.Background(), bare.Name, metav1.DeleteOptions{})
-		if p, err := l.cs.CoreV1().Pods("default").Get(context.Background(), bare.Name, metav1.GetOptions{}); err == nil && len(p.Finalizers) > 0 {
-			p.Finalizers = nil
-			_, _ = l.cs.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{})
-		}
-	})
 	var node string
 	kubetest.Eventually(t, 3*time.Minute, func() (bool, string) {
 		na.sync(t)
@@ -249,22 +245,6 @@ func TestLiveEKSNodes(t *testing.T) {
 	if code, body, err := l.Do(http.MethodDelete, "/apis/tide.dev/v1alpha1/nodepools/"+pool, nil); err != nil || code >= 300 {
 		t.Fatalf("delete NodePool: %d %s %v", code, body, err)
 	}
-	kubetest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		p, err := l.cs.CoreV1().Pods("default").Get(ctx, bare.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		evicted := false
-		for _, c := range p.Status.Conditions {
-			evicted = evicted || c.Type == corev1.DisruptionTarget && c.Reason == "EvictionByEvictionAPI"
-		}
-		if !evicted || p.DeletionTimestamp == nil {
-			return false, fmt.Sprintf("pod on %s not evicted yet: %+v", p.Spec.NodeName, p.Status.Conditions)
-		}
-		p.Finalizers = nil
-		_, err = l.cs.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{})
-		return err == nil, fmt.Sprintf("releasing the evicted pod: %v", err)
-	})
 	kubetest.Eventually(t, 3*time.Minute, func() (bool, string) {
 		_, perr := l.cs.CoreV1().Pods("default").Get(ctx, bare.Name, metav1.GetOptions{})
 		_, nerr := l.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -273,7 +253,28 @@ func TestLiveEKSNodes(t *testing.T) {
 		return apierrors.IsNotFound(perr) && apierrors.IsNotFound(nerr) && derr == nil && code == http.StatusNotFound && live == 0,
 			fmt.Sprintf("pod: %v; Node %s: %v; NodePool: %d; %d instances running", perr, node, nerr, code, live)
 	})
+	if want := fmt.Sprintf(`msg="evicted pod" node=%s pod=default/%s`, node, bare.Name); !strings.Contains(logs.String(), want) {
+		t.Errorf("tide kube's log has no %s", want)
+	}
 	t.Logf("NodePool deleted: its EKS-style Node %s drained through the Eviction API; it, its instance and the NodePool gone", node)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // running counts the pool's instances moto has running or pending.
