@@ -339,6 +339,14 @@ func Parse(name string, spec []byte) (Spec, error) {
 			out.Labels[k] = v
 		}
 	}
+	if out.Join.Mode == JoinKubelet {
+		for _, k := range sortedKeys(ko.NodeLabels) {
+			if validKey(k) && !kubeletMaySet(k) {
+				errs = append(errs, fmt.Errorf("spec.node_labels: key %q: a kubelet may not register its Node with labels of the kubernetes.io or k8s.io namespaces "+
+					"other than the well-known ones and those under node.kubernetes.io/ and kubelet.kubernetes.io/ (it refuses to start); use another prefix", k))
+			}
+		}
+	}
 	seen := map[string]bool{}
 	for i, t := range ko.NodeTaints {
 		switch {
@@ -393,4 +401,39 @@ func rewrite(err error, name string) error {
 		}
 	}
 	return errors.Join(out...)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// kubeletLabels are the labels of the kubernetes.io and k8s.io namespaces a
+// kubelet may register its Node with (--node-labels), besides those under
+// node.kubernetes.io/ and kubelet.kubernetes.io/.
+var kubeletLabels = map[string]bool{
+	"kubernetes.io/hostname": true, "kubernetes.io/arch": true, "kubernetes.io/os": true,
+	"beta.kubernetes.io/arch": true, "beta.kubernetes.io/os": true, "beta.kubernetes.io/instance-type": true,
+	"node.kubernetes.io/instance-type": true, "topology.kubernetes.io/region": true, "topology.kubernetes.io/zone": true,
+	"failure-domain.beta.kubernetes.io/region": true, "failure-domain.beta.kubernetes.io/zone": true,
+}
+
+// kubeletMaySet reports whether a kubelet may set label key on its Node:
+// a kubelet refuses to start with --node-labels of the kubernetes.io or
+// k8s.io namespaces (and their subdomains) other than kubeletLabels and
+// those under node.kubernetes.io/ and kubelet.kubernetes.io/.
+func kubeletMaySet(key string) bool {
+	prefix, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return true
+	}
+	in := func(ns string) bool { return prefix == ns || strings.HasSuffix(prefix, "."+ns) }
+	if !in("kubernetes.io") && !in("k8s.io") {
+		return true
+	}
+	return kubeletLabels[key] || in("node.kubernetes.io") || in("kubelet.kubernetes.io")
 }

@@ -152,3 +152,29 @@ func TestNodeJoinEKS(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeletLabels: a kubelet pool's node labels of the kubernetes.io and
+// k8s.io namespaces the kubelet would refuse (--node-labels) are refused
+// naming the key; the well-known ones, those under node.kubernetes.io/ and
+// kubelet.kubernetes.io/, and other prefixes pass; an agent pool (tide's
+// agent sets any label) takes them all.
+func TestKubeletLabels(t *testing.T) {
+	spec := func(mode, label string) []byte {
+		return []byte(`{"nodes":{"min":0,"max":2},"provider":{"type":"netns"},"offerings":[{"type":"a","cpu":"1"}],
+		  "node_labels":{"` + label + `":"x"},"node_join":{"mode":"` + mode + `"}}`)
+	}
+	for _, k := range []string{"node-role.kubernetes.io/worker", "kubernetes.io/role", "example.k8s.io/a", "k8s.io/b", "beta.kubernetes.io/fluentd"} {
+		if _, err := Parse("p", spec("kubelet", k)); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("spec.node_labels: key %q: a kubelet may not", k)) {
+			t.Errorf("kubelet pool, label %s: %v", k, err)
+		}
+		if _, err := Parse("p", spec("agent", k)); err != nil {
+			t.Errorf("agent pool, label %s: %v", k, err)
+		}
+	}
+	for _, k := range []string{"topology.kubernetes.io/zone", "node.kubernetes.io/lifecycle", "x.node.kubernetes.io/y", "kubelet.kubernetes.io/z",
+		"kubernetes.io/arch", "example.com/team", "tier", "notkubernetes.io/a"} {
+		if _, err := Parse("p", spec("kubelet", k)); err != nil {
+			t.Errorf("kubelet pool, label %s: %v", k, err)
+		}
+	}
+}
