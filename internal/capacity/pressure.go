@@ -182,6 +182,14 @@ type Pending struct {
 type Pressure struct {
 	Nodes   []Node    `json:"nodes"`
 	Pending []Pending `json:"pending"`
+	// Finished and FinishedRequests are counters: how many instances
+	// finished on the pool's nodes since the reporter started, and the sum
+	// of their requests (instances stopped to be requeued do not count). A
+	// policy reads how fast running work frees capacity, and in what
+	// pieces, from their growth between two reports; a value below the
+	// last one's means the reporter restarted. Zero: not reported.
+	Finished         int       `json:"finished,omitempty"`
+	FinishedRequests Resources `json:"finished_requests,omitzero"`
 }
 
 // Queued returns the number of waiting instances, saturated at

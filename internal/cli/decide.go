@@ -276,6 +276,9 @@ func printDecision(w io.Writer, r decide.Result) error {
 		}
 		fmt.Fprintf(tw, "new nodes\t%s\n", list(mix))
 		fmt.Fprintf(tw, "cost of new nodes\t$%.2f/h\n", f.Cost)
+		if f.Finishing > 0 {
+			fmt.Fprintf(tw, "counted on\t%d running instances finishing before a new node could join (prefer)\n", f.Finishing)
+		}
 		if buy := f.Purchase(); buy != "" {
 			fmt.Fprintf(tw, "purchase\t%s\n", buy)
 		}

@@ -24,7 +24,7 @@ import (
 const htmlBuckets = 600
 
 func newSimulateCmd(s Streams) *cobra.Command {
-	var tracePath, cfgPath, pol, output, htmlPath, fromS, toS, routingMode string
+	var tracePath, cfgPath, pol, prefer, output, htmlPath, fromS, toS, routingMode string
 	var seed uint64
 	var skipBad bool
 	var restartableF float64
@@ -90,6 +90,10 @@ report gives the cluster's cost and waits and each pool's share.
 examples/simulate/pools/two-pools.yaml is an on-demand and a spot pool.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if prefer != "" && prefer != policy.PreferBalanced && prefer != policy.PreferCost && prefer != policy.PreferLatency {
+				return badInput(fmt.Errorf("--prefer: want %s, %s or %s, got %q", policy.PreferBalanced, policy.PreferCost, policy.PreferLatency, prefer))
+			}
+			cb.prefer = prefer
 			if cb.cases > 0 {
 				return runCases(cmd, s, cb, seed, pol)
 			}
@@ -118,6 +122,9 @@ examples/simulate/pools/two-pools.yaml is an on-demand and a spot pool.`,
 			}
 			if cmd.Flags().Changed("gangs") {
 				cfg.Workload.Gangs = gangs
+			}
+			if prefer != "" {
+				cfg.Pool.Scaling.Prefer = prefer
 			}
 			names, err := simPolicies(pol, cfg)
 			if err != nil {
@@ -189,6 +196,7 @@ examples/simulate/pools/two-pools.yaml is an on-demand and a spot pool.`,
 	f.StringVar(&tracePath, "trace", "", "trace file (CSV) to replay")
 	f.StringVar(&cfgPath, "pool-config", "", "simulation config (YAML): one pool of provider type sim, plus workload and scheduler sections")
 	f.StringVar(&routingMode, "routing", "", "replay a config of several pools together, each job routed at submission: tide (weight, cost, overflow, strategy: as the head), first (the first pool that fits) or both")
+	f.StringVar(&prefer, "prefer", "", "the tide policy's prefer (balanced, cost or latency) for the pool, or for every case with --cases (default: the config's)")
 	f.StringVar(&pol, "policy", "", "policy to run: "+strings.Join(policy.Names, ", ")+", or all (default: the pool's)")
 	f.Uint64Var(&seed, "seed", 1, "seed of the simulated cloud's randomness (boot latencies, spot interruptions)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")

@@ -17,6 +17,7 @@ import (
 type casesFlags struct {
 	cases, seeds          int
 	traces, configs, rows string
+	prefer                string // the tide policy's prefer for every case ("": each config's)
 }
 
 // runCases is `tide simulate --cases N`: draw the cases of the generator
@@ -34,6 +35,11 @@ func runCases(cmd *cobra.Command, s Streams, cb casesFlags, seed uint64, pol str
 	cases, ws, bounds, err := sim.Generate(seed, cb.cases, bases)
 	if err != nil {
 		return err
+	}
+	if cb.prefer != "" {
+		for _, c := range cases {
+			c.Config.Pool.Scaling.Prefer = cb.prefer
+		}
 	}
 	seeds := make([]uint64, cb.seeds)
 	for i := range seeds {

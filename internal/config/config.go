@@ -112,6 +112,7 @@ type Scaling struct {
 	ProtectFirstNode   bool      `json:"protect_first_node,omitempty"`
 	BatchWindow        Duration  `json:"batch_window,omitempty"`
 	Headroom           int       `json:"headroom,omitempty"`
+	Prefer             string    `json:"prefer,omitempty"`
 	ConsolidateAfter   Duration  `json:"consolidate_after,omitempty"`
 	OrphanGrace        Duration  `json:"orphan_grace,omitempty"`
 	// ExpendableBelow is the priority below which waiting work never
@@ -173,7 +174,7 @@ func (p *Pool) PolicyConfig() policy.Config {
 		ScaleInDatapoints: s.ScaleInDatapoints, MetricPeriod: time.Duration(s.MetricPeriod),
 		InstanceWarmup: time.Duration(s.InstanceWarmup),
 		MinUtilization: s.MinUtilization, MinUnutilizedNodes: s.MinUnutilizedNodes,
-		ScaleDownDelay: time.Duration(s.ScaleDownDelay), BatchWindow: time.Duration(s.BatchWindow), Headroom: s.Headroom,
+		ScaleDownDelay: time.Duration(s.ScaleDownDelay), BatchWindow: time.Duration(s.BatchWindow), Headroom: s.Headroom, Prefer: s.Prefer,
 		ProtectFirstNode: s.ProtectFirstNode, ConsolidateAfter: time.Duration(s.ConsolidateAfter),
 		Limits: p.Limits.Limits, ExpendableBelow: s.ExpendableBelow,
 	}

@@ -42,6 +42,10 @@ type Snapshot struct {
 	Nodes []capacity.Node `json:"nodes"`
 	// Pending are the instances waiting for capacity.
 	Pending []capacity.Pending `json:"pending"`
+	// Finished and FinishedRequests are the report's counters of finished
+	// instances (capacity.Pressure.Finished; optional).
+	Finished         int                `json:"finished,omitempty"`
+	FinishedRequests capacity.Resources `json:"finished_requests,omitzero"`
 	// State is the state returned by a previous decision (optional).
 	State policy.State `json:"state"`
 	// Controller is the reconciler's view (optional): with it, the result
@@ -180,6 +184,10 @@ func (s *Snapshot) Validate() error {
 			errs = append(errs, fmt.Errorf("snapshot: pending[%d].requests: must request some resource", i))
 		}
 	}
+	errs = append(errs, validate.NonNegative("snapshot: finished", s.Finished))
+	if s.FinishedRequests.Negative() { // a sum over time: no bound per machine
+		errs = append(errs, errors.New("snapshot: finished_requests: must not be negative"))
+	}
 	errs = append(errs, validate.NonNegative("snapshot: state.low_datapoints", s.State.LowDatapoints))
 	if s.Controller != nil {
 		errs = append(errs, s.Controller.validate("snapshot: controller")...)
@@ -273,10 +281,11 @@ func Decide(in Input, s Snapshot) (Result, error) {
 		return Result{}, fmt.Errorf("reconcile_interval: must be positive, got %s", in.Interval)
 	}
 	d := p.Decide(policy.Input{
-		Now:      s.Time,
-		Desired:  s.Desired,
-		Pressure: capacity.Pressure{Nodes: s.nodes(in.Pool, in.Policy.Offerings), Pending: s.Pending},
-		State:    s.State,
+		Now:     s.Time,
+		Desired: s.Desired,
+		Pressure: capacity.Pressure{Nodes: s.nodes(in.Pool, in.Policy.Offerings), Pending: s.Pending,
+			Finished: s.Finished, FinishedRequests: s.FinishedRequests},
+		State: s.State,
 	})
 	res := Result{
 		Pool: in.Pool, Policy: p.Name(), Time: s.Time,

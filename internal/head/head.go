@@ -71,6 +71,9 @@ type Head struct {
 
 	mu       sync.Mutex
 	pressure map[string]capacity.Pressure
+	// finished keeps the reports' Finished counters (one scheduling loop
+	// updates it).
+	finished finishedCounter
 	// waiting is the last scheduling pass's reason per unplaced instance.
 	waiting map[string]string
 	// evicting are the instances chosen to be preempted, by id
@@ -349,6 +352,8 @@ func (h *Head) ScheduleOnce(ctx context.Context) (int, error) {
 	h.m.cycle.Observe(time.Since(start).Seconds())
 	h.mu.Lock()
 	h.waiting = res.Waiting
+	h.finished.observe(st)
+	h.finished.stamp(res.Pressure)
 	if len(prefer) > 0 {
 		// A planned destination serves one placement: drop those placed
 		// now and those no longer pending (of the entries this pass saw).

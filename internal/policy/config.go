@@ -57,6 +57,10 @@ type Config struct {
 	BatchWindow time.Duration
 	// Headroom is the number of spare nodes the tide policy keeps (default 0).
 	Headroom int
+	// Prefer is the tide policy's one trade between waits and cost:
+	// PreferLatency (the default), PreferBalanced or PreferCost (see
+	// Turnover and preferZ).
+	Prefer string
 
 	// ConsolidateAfter is how long a node must be empty before the
 	// karpenter policy consolidates it (Karpenter's consolidateAfter; zero,
@@ -111,6 +115,12 @@ func (c *Config) Validate() error {
 	setInt(&c.MaxStep, 10000)
 	setInt(&c.ScaleInDatapoints, 15)
 	setInt(&c.MinUtilization, 80)
+	if c.Prefer == "" {
+		c.Prefer = PreferLatency
+	}
+	if _, ok := preferZ(c.Prefer); !ok && c.Prefer != PreferLatency {
+		errs = append(errs, fmt.Errorf("prefer: unknown %q (want %s, %s or %s)", c.Prefer, PreferCost, PreferBalanced, PreferLatency))
+	}
 	for name, d := range map[string]time.Duration{"cooldown": c.Cooldown, "idle_timeout": c.IdleTimeout,
 		"metric_period": c.MetricPeriod, "scale_down_delay": c.ScaleDownDelay, "batch_window": c.BatchWindow,
 		"consolidate_after": c.ConsolidateAfter, "instance_warmup": c.InstanceWarmup} {
@@ -141,6 +151,35 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("offerings: policy %s needs at least one offering", c.Policy))
 	}
 	return errors.Join(errs...)
+}
+
+// The values of Config.Prefer, measured on generated cases in
+// docs/benchmarks.md ("Scaling quality VIII"): counting on completions
+// lowers the mean cost and lengthens the waits of the instances whose
+// completions came late, so the default counts on none.
+const (
+	// PreferLatency (the default) counts on no completion: the backlog is
+	// bought for whole at once.
+	PreferLatency = "latency"
+	// PreferBalanced counts on the running work that finishes within a
+	// boot with about 84 % confidence (k − √k of the k completions
+	// expected).
+	PreferBalanced = "balanced"
+	// PreferCost counts on all the completions expected within a boot:
+	// fewer nodes, and a longer wait when they come late.
+	PreferCost = "cost"
+)
+
+// preferZ returns the confidence factor z of a Prefer value (Turnover.Expected)
+// and whether completions count at all.
+func preferZ(prefer string) (z float64, ok bool) {
+	switch prefer {
+	case PreferBalanced:
+		return 1, true
+	case PreferCost:
+		return 0, true
+	}
+	return 0, false
 }
 
 func setDur(d *time.Duration, def time.Duration) {

@@ -117,6 +117,9 @@ type State struct {
 	LastLoop time.Time `json:"last_loop,omitzero"`
 	// LastScaleUp is when the cluster-autoscaler policy last scaled up.
 	LastScaleUp time.Time `json:"last_scale_up,omitzero"`
+	// Turnover is what the tide policy learned of the pool's completions
+	// and boots.
+	Turnover Turnover `json:"turnover,omitzero"`
 }
 
 // Reason explains a decision without allocating: a stable Code for metrics
@@ -239,6 +242,10 @@ type TideFigures struct {
 	Method string `json:"method,omitempty"`
 	// Idle lists the nodes empty for longer than the idle timeout.
 	Idle []string `json:"idle,omitempty"`
+	// Finishing is how many running instances the purchase counted on to
+	// finish before a new node could join (Turnover, Config.Prefer); their
+	// room held that much of the backlog.
+	Finishing int `json:"finishing,omitempty"`
 }
 
 // OfferingCount is a number of nodes of one offering.

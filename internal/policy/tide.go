@@ -122,6 +122,7 @@ func (p *tidePolicy) view(in *Input) tideView {
 // Decide evaluates the policy once.
 func (p *tidePolicy) Decide(in Input) Decision {
 	st := in.State
+	st.Turnover = st.Turnover.observe(&in)
 	v := p.view(&in)
 	queued := in.Pressure.Queued()
 	var d Decision
@@ -139,7 +140,7 @@ func (p *tidePolicy) Decide(in Input) Decision {
 				Reason: NewReason(CodeBatching, "%d queued instances batched for %dms of the %dms window",
 					int64(queued), waited.Milliseconds(), p.cfg.BatchWindow.Milliseconds())}
 		} else {
-			d = p.scaleUp(&in, &v, queued)
+			d = p.scaleUp(&in, &v, queued, &st.Turnover)
 		}
 	}
 	if clamped := p.cfg.Nodes.Clamp(d.Desired); clamped != d.Desired {
@@ -154,16 +155,26 @@ func (p *tidePolicy) Decide(in Input) Decision {
 	if d.Desired != in.Desired {
 		st.LastScale = in.Now
 	}
+	if d.Desired > in.Desired {
+		st.Turnover = st.Turnover.bought(in.Now)
+	}
 	d.State = st
 	return d
 }
 
-// scaleUp packs the backlog and asks for the nodes it needs.
-func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int) Decision {
+// scaleUp packs the backlog and asks for the nodes it needs: the free
+// room of the nodes that joined, and the room of the work sure enough to
+// finish before a new node could join (Turnover), hold what they can.
+func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int, turnover *Turnover) Decision {
 	cfg := &p.cfg
 	nodes := in.Pressure.Nodes
 	free := freeOf(nodes, v.nodes)
 	pending := in.Pressure.Pending
+	finishing := 0.0
+	if z, ok := preferZ(cfg.Prefer); ok && !slices.ContainsFunc(pending, func(p capacity.Pending) bool { return p.Gang != "" }) {
+		finishing = turnover.Expected(z)
+		free = turnover.credit(free, finishing)
+	}
 	offs := cfg.Offerings
 	if !v.daemons.IsZero() {
 		offs = make([]capacity.Offering, len(cfg.Offerings))
@@ -204,7 +215,8 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int) Decision {
 		res = binpack.Buy(pending, offs, binpack.BuyOptions{Free: free, MaxNodes: max(cfg.Nodes.Max-v.unmarked, 0),
 			Limit: tideLimits(cfg.Offerings, in.Unavailable)})
 	}
-	fig := &TideFigures{Mix: tideMix(&res, cfg.Offerings), Cost: res.Cost, Idle: idle, Nodes: res.Nodes, Method: res.Method}
+	fig := &TideFigures{Mix: tideMix(&res, cfg.Offerings), Cost: res.Cost, Idle: idle, Nodes: res.Nodes, Method: res.Method,
+		Finishing: int(finishing)}
 	if g := res.Gap(); res.HasBound && !math.IsInf(g, 0) && !math.IsNaN(g) {
 		fig.Bound, fig.Gap = res.Bound, g
 		fig.HasBound = true

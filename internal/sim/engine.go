@@ -100,18 +100,19 @@ type engine struct {
 	pool  string
 	offs  map[string]capacity.Offering // by name
 
-	q        queue
-	start    time.Time // the warm-up's start, or Origin
-	doneAt   time.Time // when every instance had completed
-	now      time.Time
-	nextJob  int
-	shapes   []capacity.Resources
-	shapeOf  []int32 // job → shape
-	queues   []shapeQueue
-	queued   int // instances pending
-	running  int // instances running
-	finished int // instances completed
-	seq      int64
+	q           queue
+	start       time.Time // the warm-up's start, or Origin
+	doneAt      time.Time // when every instance had completed
+	now         time.Time
+	nextJob     int
+	shapes      []capacity.Resources
+	shapeOf     []int32 // job → shape
+	queues      []shapeQueue
+	queued      int                // instances pending
+	running     int                // instances running
+	finished    int                // instances completed
+	finishedRes capacity.Resources // what the completed instances requested (Pressure.FinishedRequests)
+	seq         int64
 
 	// Groups: the instances of one job that share a fate (queued together,
 	// running on one node since one instant). Slots of finished groups are

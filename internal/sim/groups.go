@@ -105,6 +105,7 @@ func (e *engine) complete(g int32, run uint64) {
 		st.done += gr.count
 	}
 	e.finished += k
+	e.finishedRes = e.finishedRes.Add(e.shapes[gr.shape].Scale(int64(k)))
 	e.release(g)
 }
 
@@ -539,6 +540,7 @@ func (e *engine) pressure() capacity.Pressure {
 	for _, h := range heads {
 		p.Pending = append(p.Pending, capacity.Pending{Requests: e.shapes[h.s], Count: e.queues[h.s].n})
 	}
+	p.Finished, p.FinishedRequests = e.finished, e.finishedRes
 	return *p
 }
 

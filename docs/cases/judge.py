@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""judge.py BASE.csv [VARIANT.csv]: the case benchmark's verdict with tide's
+columns taken from VARIANT (tide-only rows) when given."""
+import csv, sys, statistics
+pols = ["skyward","target-tracking","utilization","karpenter","cluster-autoscaler"]
+def load(p):
+    return {r["case"]: r for r in csv.DictReader(open(p))}
+base = load(sys.argv[1])
+var = load(sys.argv[2]) if len(sys.argv) > 2 else base
+dom, worst, vs, rows = 0, (0, ""), [], []
+pertrace = {}
+for c, b in base.items():
+    v = var.get(c)
+    if v is None or not v.get("tide_cost"):
+        continue
+    tc, ts, tp = float(v["tide_cost"]), float(v["tide_spread_pct"]), float(v["tide_p95_s"])
+    best = min((float(b[p+"_cost"]) for p in pols if b.get(p+"_cost")), default=None)
+    d = None
+    for p in pols:
+        if not b.get(p+"_cost"):
+            continue
+        pc, ps, pp = float(b[p+"_cost"]), float(b[p+"_spread_pct"]), float(b[p+"_p95_s"])
+        m = (1 - pc/tc)*100 if tc > 0 else 0
+        if pp <= tp*(1+1e-9) and m > max(ts, ps) + 1e-7:
+            if d is None or m > d[1]:
+                d = (p, m)
+    tr = b["trace"]
+    pertrace.setdefault(tr, [0, 0, []])
+    pertrace[tr][0] += 1
+    if best:
+        vs.append(tc/best - 1)
+        pertrace[tr][2].append(tc/best - 1)
+    if d:
+        dom += 1
+        pertrace[tr][1] += 1
+        rows.append((c, tr, d[0], round(d[1], 2), tp))
+        if d[1] > worst[0]:
+            worst = (d[1], c)
+n = len(vs)
+print(f"cases {n} dominated {dom} ({100*(n-dom)/n:.1f}% not) worst {worst[0]:.2f}% {worst[1]} vs best other mean {100*statistics.mean(vs):+.2f}% median {100*statistics.median(vs):+.2f}%")
+for r in sorted(rows, key=lambda r: -r[3]):
+    print("  ", *r)
+if "-t" in sys.argv:
+    for tr, (k, dd, l) in sorted(pertrace.items()):
+        print(f"  {tr:45s} {k:3d} dom {dd} mean vs best {100*statistics.mean(l):+.2f}%")
