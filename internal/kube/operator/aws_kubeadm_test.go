@@ -150,7 +150,7 @@ func TestAWSKubeadmUserData(t *testing.T) {
 		if jc.Kind != "JoinConfiguration" || bt.APIServerEndpoint != "10.0.0.1:6443" || len(bt.CACertHashes) != 1 || bt.CACertHashes[0] != hash ||
 			jc.Discovery.TLSBootstrapToken != bt.Token || bt.Token != sec.StringData["token-id"]+"."+sec.StringData["token-secret"] ||
 			sec.Type != corev1.SecretTypeBootstrapToken || sec.StringData["usage-bootstrap-signing"] != "true" || sec.Labels[MachineLabel] != id ||
-			jc.NodeRegistration.Name != id || args["provider-id"] != "tide://aws/"+id || args["node-labels"] != "node.kubernetes.io/instance-type=m5.large,tide.dev/pool=ec2,tier=ec2,topology.kubernetes.io/zone=us-east-1a" ||
+			jc.NodeRegistration.Name != id || args["provider-id"] != "tide://aws/"+id || args["node-labels"] != "node.kubernetes.io/instance-type=m5.large,tide.dev/machine-id="+id+",tide.dev/pool=ec2,tier=ec2,topology.kubernetes.io/zone=us-east-1a" ||
 			len(jc.NodeRegistration.Taints) != 1 || jc.NodeRegistration.Taints[0].Key != "gpu" {
 			t.Errorf("%s: JoinConfiguration %+v with its token's Secret %+v", id, jc, sec)
 		}

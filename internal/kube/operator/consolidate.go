@@ -184,6 +184,9 @@ func (o *Operator) consolidate(ctx context.Context, r *runner, now time.Time, no
 
 // machineOf returns the machine id of the pool's Node called name.
 func machineOf(r *runner, st controller.Status, name string) string {
+	if id, ok := r.nodes.Machine(name); ok {
+		return id
+	}
 	for _, n := range st.Nodes {
 		if r.nodeName(n.MachineID) == name {
 			return n.MachineID

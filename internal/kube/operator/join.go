@@ -32,7 +32,10 @@ import (
 const (
 	AgentClusterRole      = "tide-node-agent"
 	AgentLeaseClusterRole = "tide-node-agent-lease"
-	// MachineLabel names the machine a credential object belongs to.
+	// MachineLabel names the machine a credential object belongs to, and
+	// the machine of a Node: every join tide kube renders registers its
+	// Node with it (how tide finds a Node named otherwise, e.g. an EKS
+	// Node named after its instance's private DNS name; nodes.go).
 	MachineLabel = "tide.dev/machine-id"
 )
 
@@ -79,7 +82,11 @@ func (o *Operator) mint(ctx context.Context, r *runner, machineID, offering, pro
 		for k, v := range demand.ResourceList(off.Resources) {
 			capa[k] = v.String()
 		}
-		return o.mintKubelet(ctx, r, machineID, provType, capa, demand.OfferingLabels(&demand.Pool{Labels: r.pool.Labels}, &off))
+		labels := machineLabels(demand.OfferingLabels(&demand.Pool{Labels: r.pool.Labels}, &off), machineID)
+		if r.pool.Join.UserData == poolspec.UserDataEKS {
+			return o.eksUserData(ctx, r, machineID, labels)
+		}
+		return o.mintKubelet(ctx, r, machineID, provType, capa, labels)
 	}
 	name := credName(machineID)
 	labels := map[string]string{demand.PoolLabel: r.name, MachineLabel: machineID}
@@ -118,7 +125,7 @@ func (o *Operator) mint(ctx context.Context, r *runner, machineID, offering, pro
 		taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
 	}
 	j := nodeagent.Join{Server: o.cfg.Join.Server, CA: string(o.cfg.Join.CA), Insecure: o.cfg.Join.Insecure, Token: tr.Status.Token,
-		Node: machineID, ProviderID: ProviderID(provType, machineID), Labels: agentLabels(r, &off, machineID),
+		Node: machineID, ProviderID: ProviderID(provType, machineID), Labels: machineLabels(agentLabels(r, &off, machineID), machineID),
 		Annotations: map[string]string{MachineLabel: machineID}, Taints: taints, Capacity: capa,
 		HeartbeatSeconds: int(o.cfg.Join.Heartbeat / time.Second)}
 	return j.Encode()
@@ -240,7 +247,7 @@ func (j joining) Delete(ctx context.Context, req provider.DeleteRequest) (provid
 	}
 	// Gone already (NotFound: a fleet machine given back at once) or going:
 	// its Node goes too.
-	if err := j.o.cfg.API.DeleteNode(ctx, req.MachineID); err != nil && !errors.Is(err, kubeapi.ErrNotFound) {
+	if err := j.o.cfg.API.DeleteNode(ctx, j.r.nodeOf(ctx, j.o.cfg.Client, req.MachineID)); err != nil && !errors.Is(err, kubeapi.ErrNotFound) {
 		return provider.Ack{}, fmt.Errorf("delete machine %q: its Node: %w", req.MachineID, provider.NewTransient(err, 0))
 	}
 	return ack, err
@@ -299,7 +306,7 @@ func (j joining) joined(ctx context.Context, m *provider.Machine) {
 		return
 	}
 	var n corev1.Node
-	if err := j.o.cfg.Client.Get(ctx, client.ObjectKey{Name: m.ID}, &n); err != nil || !nodeReady(&n) {
+	if err := j.o.cfg.Client.Get(ctx, client.ObjectKey{Name: j.r.nodeOf(ctx, j.o.cfg.Client, m.ID)}, &n); err != nil || !nodeReady(&n) {
 		m.State = provider.Configuring
 		return
 	}
@@ -315,4 +322,13 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// nodeOf returns the name of the Node of machine id (nodeIndex.find); a
+// runner without an index (a test's) names it id.
+func (r *runner) nodeOf(ctx context.Context, c client.Reader, id string) string {
+	if r == nil || r.nodes == nil {
+		return id
+	}
+	return r.nodes.find(ctx, c, id)
 }

@@ -103,16 +103,9 @@ func (o *Operator) mintKubelet(ctx context.Context, r *runner, machineID, provTy
 	if err := o.checkBootstrapRBAC(ctx); err != nil {
 		return nil, err
 	}
-	ca := o.cfg.Join.CA
-	if len(ca) == 0 {
-		// The cluster's root CA as kube-controller-manager publishes it
-		// in every namespace: the kubelet checks the apiserver's client
-		// certificate (logs, exec) with it.
-		cm, err := o.cfg.Kube.CoreV1().ConfigMaps(o.cfg.Namespace).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("the cluster CA (ConfigMap kube-root-ca.crt in %s): %w", o.cfg.Namespace, err)
-		}
-		ca = []byte(cm.Data["ca.crt"])
+	ca, err := o.clusterCA(ctx)
+	if err != nil {
+		return nil, err
 	}
 	id := bootstrapTokenID(r.name, machineID)
 	sec, err := randomSecret()
@@ -168,4 +161,47 @@ func (o *Operator) mintKubelet(ctx context.Context, r *runner, machineID, provTy
 		return kubelet.KubeadmUserData(j, r.name)
 	}
 	return j.Encode()
+}
+
+// clusterCA is the CA kubelet machines trust: tide kube's --node-ca, else
+// the cluster's root CA as kube-controller-manager publishes it in every
+// namespace (the kubelet checks the apiserver's client certificate, for
+// logs and exec, with it).
+func (o *Operator) clusterCA(ctx context.Context) ([]byte, error) {
+	if ca := o.cfg.Join.CA; len(ca) > 0 {
+		return ca, nil
+	}
+	cm, err := o.cfg.Kube.CoreV1().ConfigMaps(o.cfg.Namespace).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("the cluster CA (ConfigMap kube-root-ca.crt in %s): %w", o.cfg.Namespace, err)
+	}
+	return []byte(cm.Data["ca.crt"]), nil
+}
+
+// eksUserData renders the user data of an EKS node (user_data eks): the
+// NodeConfig of nodeadm with the pool's cluster settings, the Node's
+// labels (the machine label among them) and the pool's taints. Nothing is
+// minted: an EKS node authenticates with its instance role, which the
+// cluster maps to system:nodes (an access entry of type EC2_LINUX, or
+// aws-auth), so the machine holds no credential of tide's and its Delete
+// has nothing of it to revoke. The CA is the pool's
+// (node_join.eks.certificate_authority), else as for kubelet machines.
+func (o *Operator) eksUserData(ctx context.Context, r *runner, machineID string, labels map[string]string) ([]byte, error) {
+	e := r.pool.Join.EKS
+	if e == nil {
+		return nil, errors.New("node_join.eks is not set") // poolspec refuses such a spec
+	}
+	ca := e.CA()
+	if len(ca) == 0 {
+		var err error
+		if ca, err = o.clusterCA(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var taints []corev1.Taint
+	for _, t := range r.pool.Taints {
+		taints = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+	}
+	return kubelet.EKSUserData(kubelet.EKSNode{Machine: machineID, Pool: r.name, Cluster: e.Cluster, Endpoint: e.APIServerEndpoint,
+		CA: ca, ServiceCIDR: e.ServiceCIDR, Labels: labels, Taints: taints})
 }

@@ -434,6 +434,9 @@ func (o *Operator) Pass(ctx context.Context) error {
 		if r.slots != nil {
 			r.slots.set(rep.Slots[name])
 		}
+		if r.nodes != nil {
+			r.nodes.refresh(byPool[name])
+		}
 		if err := o.runPool(ctx, r, now, rep.Pressure[name], byPool[name], podsOf); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
 		}
@@ -525,7 +528,9 @@ type runner struct {
 
 	prov provider.Provider
 	kwok *kwok.Provider // the kwok provider (nil for other types): its Sync runs every pass
-	// nodeName maps a machine id to its Node's name.
+	// nodes maps the pool's machines to their Nodes and back (nodes.go);
+	// nodeName is its Name.
+	nodes    *nodeIndex
 	nodeName func(string) string
 	// close releases the provider (the local provider's root lock).
 	close func()
@@ -584,7 +589,7 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 		if err != nil {
 			return fail(err)
 		}
-		r.prov, r.kwok, r.nodeName = kp, kp, kp.NodeName
+		r.prov, r.kwok, r.nodes = kp, kp, newNodeIndex(kp.NodeName, nil)
 	default:
 		// Every other type is built as `tide head` builds it
 		// (internal/provider/build); its machines join as Nodes with
@@ -612,13 +617,14 @@ func (o *Operator) newRunner(np *unstructured.Unstructured, spec string, old *ru
 			return fail(err)
 		}
 		r.prov = joining{Provider: bp, o: o, r: r, provType: t}
-		r.nodeName = func(id string) string { return id }
+		r.nodes = newNodeIndex(func(id string) string { return id }, bp)
 		r.close = func() {
 			if c, ok := bp.(io.Closer); ok {
 				_ = c.Close()
 			}
 		}
 	}
+	r.nodeName = r.nodes.Name
 	prov := r.prov
 	base, err := policy.New(p.Config.PolicyConfig())
 	if err != nil {

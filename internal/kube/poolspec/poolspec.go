@@ -10,10 +10,14 @@ package poolspec
 
 import (
 	"bytes"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -89,17 +93,103 @@ type Join struct {
 	TokenTTL string `json:"token_ttl,omitempty"`
 	// UserData is what a machine that boots from user data (aws) gets:
 	// UserDataTide (default), the join document that `tide worker
-	// --bootstrap` runs containerd and the kubelet from, or
+	// --bootstrap` runs containerd and the kubelet from,
 	// UserDataKubeadm, a script running `kubeadm join` with the
-	// machine's token (an image with kubeadm, a kubelet and a runtime).
+	// machine's token (an image with kubeadm, a kubelet and a runtime),
+	// or UserDataEKS, nodeadm's NodeConfig for an EKS node (an EKS AMI,
+	// AL2023: the instance role authenticates, no token).
 	UserData string `json:"user_data,omitempty"`
+	// EKS is the cluster a UserDataEKS machine joins.
+	EKS *EKS `json:"eks,omitempty"`
 }
 
 // User data formats of spec.node_join.user_data.
 const (
 	UserDataTide    = "tide"
 	UserDataKubeadm = "kubeadm"
+	UserDataEKS     = "eks"
 )
+
+// EKS is spec.node_join.eks: the coordinates of an EKS cluster, as `aws eks
+// describe-cluster` gives them, that nodeadm's NodeConfig needs.
+type EKS struct {
+	// Cluster is the EKS cluster's name.
+	Cluster string `json:"cluster,omitempty"`
+	// APIServerEndpoint is its apiserver's URL (https://...eks.amazonaws.com).
+	APIServerEndpoint string `json:"api_server_endpoint,omitempty"`
+	// CertificateAuthority is its CA as describe-cluster gives it
+	// (certificateAuthority.data: the PEM, base64-encoded). Empty: tide
+	// kube's --node-ca, else the cluster's kube-root-ca.crt.
+	CertificateAuthority string `json:"certificate_authority,omitempty"`
+	// ServiceCIDR is the cluster's service CIDR (kubernetesNetworkConfig.
+	// serviceIpv4Cidr); nodeadm derives the cluster DNS address from it.
+	ServiceCIDR string `json:"service_cidr,omitempty"`
+}
+
+// CA returns the PEM of CertificateAuthority (nil when unset).
+func (e EKS) CA() []byte {
+	b, _ := base64.StdEncoding.DecodeString(e.CertificateAuthority)
+	return b
+}
+
+// eksCluster is an EKS cluster's name: letters, digits, '-' and '_', 1 to
+// 100 characters, starting with a letter or digit.
+var eksCluster = regexp.MustCompile(`^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$`)
+
+// validate checks spec.node_join.eks.
+func (e EKS) validate() error {
+	var errs []error
+	const f = "spec.node_join.eks."
+	switch {
+	case e.Cluster == "":
+		errs = append(errs, errors.New(f+"cluster: required (the EKS cluster's name)"))
+	case !eksCluster.MatchString(e.Cluster):
+		errs = append(errs, fmt.Errorf(f+"cluster: %q is not an EKS cluster name (letters, digits, '-', '_', at most 100)", e.Cluster))
+	}
+	if e.APIServerEndpoint == "" {
+		errs = append(errs, errors.New(f+"api_server_endpoint: required (the cluster's endpoint, https://...)"))
+	} else if u, err := url.Parse(e.APIServerEndpoint); err != nil || u.Scheme != "https" || u.Host == "" || strings.Trim(u.Path, "/") != "" {
+		errs = append(errs, fmt.Errorf(f+"api_server_endpoint: %q: want https://host[:port]", e.APIServerEndpoint))
+	}
+	if e.CertificateAuthority != "" {
+		if err := checkCA(e.CertificateAuthority); err != nil {
+			errs = append(errs, fmt.Errorf(f+"certificate_authority: %w", err))
+		}
+	}
+	if e.ServiceCIDR == "" {
+		errs = append(errs, errors.New(f+"service_cidr: required (the cluster's service CIDR, e.g. 10.100.0.0/16)"))
+	} else if p, err := netip.ParsePrefix(e.ServiceCIDR); err != nil || p.Masked() != p {
+		errs = append(errs, fmt.Errorf(f+"service_cidr: %q: want a CIDR such as 10.100.0.0/16", e.ServiceCIDR))
+	}
+	return errors.Join(errs...)
+}
+
+// checkCA checks that s is base64 of PEM certificates.
+func checkCA(s string) error {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return fmt.Errorf("not base64 (want the PEM base64-encoded, as describe-cluster gives it): %w", err)
+	}
+	n := 0
+	for {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return fmt.Errorf("a PEM %s block, want CERTIFICATE", block.Type)
+		}
+		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+			return fmt.Errorf("certificate %d: %w", n+1, err)
+		}
+		n++
+	}
+	if n == 0 {
+		return errors.New("no PEM certificate in it")
+	}
+	return nil
+}
 
 // TokenLifetime returns TokenTTL parsed (15 minutes when unset).
 func (j Join) TokenLifetime() time.Duration {
@@ -119,7 +209,7 @@ func (j Join) validate(provType string) error {
 		errs = append(errs, fmt.Errorf("spec.node_join.mode: %q (want %s or %s)", j.Mode, JoinAgent, JoinKubelet))
 	}
 	if j.Mode != JoinKubelet {
-		if j.Kubelet+j.Containerd+j.Ctr+j.CNIBinDir+j.SandboxImage+j.PodSubnet+j.TokenTTL+j.UserData != "" || len(j.Images) > 0 {
+		if j.Kubelet+j.Containerd+j.Ctr+j.CNIBinDir+j.SandboxImage+j.PodSubnet+j.TokenTTL+j.UserData != "" || len(j.Images) > 0 || j.EKS != nil {
 			errs = append(errs, fmt.Errorf("spec.node_join: only mode %s takes kubelet settings", JoinKubelet))
 		}
 		return errors.Join(errs...)
@@ -136,12 +226,33 @@ func (j Join) validate(provType string) error {
 	}
 	switch j.UserData {
 	case "", UserDataTide:
-	case UserDataKubeadm:
+	case UserDataKubeadm, UserDataEKS:
 		if provType != "aws" {
 			errs = append(errs, fmt.Errorf("spec.node_join.user_data: %s is for machines that boot from user data (aws), not %s", j.UserData, provType))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("spec.node_join.user_data: %q (want %s or %s)", j.UserData, UserDataTide, UserDataKubeadm))
+		errs = append(errs, fmt.Errorf("spec.node_join.user_data: %q (want %s, %s or %s)", j.UserData, UserDataTide, UserDataKubeadm, UserDataEKS))
+	}
+	if j.UserData == UserDataEKS {
+		if j.EKS == nil {
+			errs = append(errs, errors.New("spec.node_join.eks: required with user_data eks (cluster, api_server_endpoint, service_cidr; certificate_authority)"))
+		} else if err := j.EKS.validate(); err != nil {
+			errs = append(errs, err)
+		}
+		for _, f := range []struct{ name, v string }{{"kubelet", j.Kubelet}, {"containerd", j.Containerd}, {"ctr", j.Ctr},
+			{"cni_bin_dir", j.CNIBinDir}, {"sandbox_image", j.SandboxImage}, {"pod_subnet", j.PodSubnet}} {
+			if f.v != "" {
+				errs = append(errs, fmt.Errorf("spec.node_join.%s: not used with user_data eks (the EKS AMI's nodeadm runs containerd and the kubelet)", f.name))
+			}
+		}
+		if len(j.Images) > 0 {
+			errs = append(errs, errors.New("spec.node_join.images: not used with user_data eks (the EKS AMI's nodeadm runs containerd and the kubelet)"))
+		}
+		if j.TokenTTL != "" {
+			errs = append(errs, errors.New("spec.node_join.token_ttl: not used with user_data eks (an EKS node authenticates with its instance role: no token is minted)"))
+		}
+	} else if j.EKS != nil {
+		errs = append(errs, fmt.Errorf("spec.node_join.eks: only user_data %s takes it", UserDataEKS))
 	}
 	for i, im := range j.Images {
 		if !strings.HasPrefix(im, "/") {
@@ -228,6 +339,14 @@ func Parse(name string, spec []byte) (Spec, error) {
 			out.Labels[k] = v
 		}
 	}
+	if out.Join.Mode == JoinKubelet {
+		for _, k := range sortedKeys(ko.NodeLabels) {
+			if validKey(k) && !kubeletMaySet(k) {
+				errs = append(errs, fmt.Errorf("spec.node_labels: key %q: a kubelet may not register its Node with labels of the kubernetes.io or k8s.io namespaces "+
+					"other than the well-known ones and those under node.kubernetes.io/ and kubelet.kubernetes.io/ (it refuses to start); use another prefix", k))
+			}
+		}
+	}
 	seen := map[string]bool{}
 	for i, t := range ko.NodeTaints {
 		switch {
@@ -282,4 +401,39 @@ func rewrite(err error, name string) error {
 		}
 	}
 	return errors.Join(out...)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// kubeletLabels are the labels of the kubernetes.io and k8s.io namespaces a
+// kubelet may register its Node with (--node-labels), besides those under
+// node.kubernetes.io/ and kubelet.kubernetes.io/.
+var kubeletLabels = map[string]bool{
+	"kubernetes.io/hostname": true, "kubernetes.io/arch": true, "kubernetes.io/os": true,
+	"beta.kubernetes.io/arch": true, "beta.kubernetes.io/os": true, "beta.kubernetes.io/instance-type": true,
+	"node.kubernetes.io/instance-type": true, "topology.kubernetes.io/region": true, "topology.kubernetes.io/zone": true,
+	"failure-domain.beta.kubernetes.io/region": true, "failure-domain.beta.kubernetes.io/zone": true,
+}
+
+// kubeletMaySet reports whether a kubelet may set label key on its Node:
+// a kubelet refuses to start with --node-labels of the kubernetes.io or
+// k8s.io namespaces (and their subdomains) other than kubeletLabels and
+// those under node.kubernetes.io/ and kubelet.kubernetes.io/.
+func kubeletMaySet(key string) bool {
+	prefix, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return true
+	}
+	in := func(ns string) bool { return prefix == ns || strings.HasSuffix(prefix, "."+ns) }
+	if !in("kubernetes.io") && !in("k8s.io") {
+		return true
+	}
+	return kubeletLabels[key] || in("node.kubernetes.io") || in("kubelet.kubernetes.io")
 }

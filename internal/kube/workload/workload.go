@@ -53,7 +53,8 @@ var (
 )
 
 // New returns the workload of a pool whose machine ids name their Nodes
-// through nodeName.
+// through nodeName (tide kube passes its per-pool Node index, which finds
+// a Node by the machine label or providerID as well as by name).
 func New(api API, nodeName func(string) string, log *slog.Logger) *Workload {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

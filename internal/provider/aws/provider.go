@@ -12,6 +12,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,7 @@ type Provider struct {
 	gone       map[string]bool      // machine ids this process saw deleted
 	bootstraps map[string][]byte    // machine id → bootstrap of its binding
 	reclaim    map[string]time.Time // instance id → announced reclaim time
+	machineOf  map[string]string    // instance id → machine id, of every instance view saw
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -89,7 +91,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Provider, error) {
 	}
 	p := &Provider{cfg: cfg, clk: clock.Real{}, log: slog.Default(),
 		fenceLoaded: map[string]bool{}, batches: map[batchKey]*batchGroup{}, launched: map[string]string{}, deleting: map[string]string{}, gone: map[string]bool{},
-		bootstraps: map[string][]byte{}, reclaim: map[string]time.Time{}}
+		bootstraps: map[string][]byte{}, reclaim: map[string]time.Time{}, machineOf: map[string]string{}}
 	for _, o := range opts {
 		o(p)
 	}
@@ -608,6 +610,9 @@ func (p *Provider) view(id string, insts []types.Instance) (provider.Machine, bo
 	_, deleting := p.deleting[id]
 	bootstrap := slices.Clone(p.bootstraps[id])
 	reclaimAt := p.reclaim[awssdk.ToString(in.InstanceId)]
+	if iid := awssdk.ToString(in.InstanceId); iid != "" {
+		p.machineOf[iid] = id
+	}
 	p.mu.Unlock()
 	if terminated(*in) && !deleting {
 		return provider.Machine{}, false
@@ -727,3 +732,38 @@ func (p *Provider) Run(ctx context.Context) {
 		}
 	}
 }
+
+// MachineOfProviderID returns the machine whose instance a Node's
+// spec.providerID names, in the form the AWS cloud controller manager and
+// nodeadm (EKS) give it, aws:///<zone>/<instance id>, among the instances
+// this provider has reported (Get, List, Create): how tide kube finds the
+// Node of a machine whose Node is named after its instance (an EKS Node is
+// named after the instance's private DNS name).
+func (p *Provider) MachineOfProviderID(providerID string) (string, bool) {
+	iid, ok := InstanceOfProviderID(providerID)
+	if !ok {
+		return "", false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id, ok := p.machineOf[iid]
+	return id, ok
+}
+
+// InstanceOfProviderID returns the instance id of an EC2 Node's
+// providerID, aws:///<zone>/<instance id> (or aws://<zone>/<instance id>).
+func InstanceOfProviderID(providerID string) (string, bool) {
+	rest, ok := strings.CutPrefix(providerID, "aws://")
+	if !ok {
+		return "", false
+	}
+	iid := rest[strings.LastIndexByte(rest, '/')+1:]
+	if !strings.HasPrefix(iid, "i-") || len(iid) < 3 {
+		return "", false
+	}
+	return iid, true
+}
+
+// ProviderIDOf is the providerID an EC2 Node of instance id in zone gets
+// from the AWS cloud controller manager or nodeadm: aws:///<zone>/<id>.
+func ProviderIDOf(zone, instanceID string) string { return "aws:///" + zone + "/" + instanceID }

@@ -20,11 +20,13 @@ import (
 func (p *Provider) JoinsAtCreate() bool { return true }
 
 // userData renders a machine's bootstrap as the cloud-init user data of
-// `tide bootstrap --format cloud-init`. A bootstrap that is a boot script
-// already (it starts with "#!": tide kube's kubeadm join of a kubelet
-// NodePool, internal/kube/kubelet.KubeadmUserData) is the user data as is.
+// `tide bootstrap --format cloud-init`. A bootstrap that is user data
+// already is used as is: a boot script (it starts with "#!": tide kube's
+// kubeadm join of a kubelet NodePool, internal/kube/kubelet.KubeadmUserData)
+// or a MIME multipart document (it starts with "MIME-Version:": an EKS
+// node's NodeConfig, kubelet.EKSUserData).
 func (p *Provider) userData(req *provider.CreateRequest) []byte {
-	if bytes.HasPrefix(req.Bootstrap, []byte("#!")) {
+	if bytes.HasPrefix(req.Bootstrap, []byte("#!")) || bytes.HasPrefix(req.Bootstrap, []byte("MIME-Version:")) {
 		return req.Bootstrap
 	}
 	return []byte(tideprovider.BootScript(tideprovider.BootCloudInit, req.Bootstrap, p.cfg.WorkerDataDir, p.cfg.TideBinary, req.MachineID, req.Pool))

@@ -41,3 +41,12 @@ func (p ec2Pool) Close() error { p.stop(); return nil }
 // JoinsAtCreate forwards the EC2 provider's: instances boot their worker
 // from user data.
 func (p ec2Pool) JoinsAtCreate() bool { return true }
+
+// MachineOfProviderID forwards the EC2 provider's: the machine of a Node's
+// providerID aws:///<zone>/<instance id>.
+func (p ec2Pool) MachineOfProviderID(providerID string) (string, bool) {
+	if a, ok := p.Provider.(*aws.Provider); ok {
+		return a.MachineOfProviderID(providerID)
+	}
+	return "", false
+}
