@@ -56,12 +56,12 @@ func gangPlans(cfg policy.Config, in policy.Input, d policy.Decision, desired in
 		case cfg.ExpendableBelow != nil && g.Priority < *cfg.ExpendableBelow:
 			g.Why = fmt.Sprintf("priority %d is below the pool's expendable_below %d: never scales up", g.Priority, *cfg.ExpendableBelow)
 		case !kept[g.Gang] && withinMax[g.Gang]:
-			if never := policy.GangNeverFits(cfg, in.Now, in.State, groupsOf(in.Pressure.Pending, g.Gang)); never != "" {
+			if never := policy.GangNeverFits(cfg, in.Now, in.State, policy.GangGroups(in.Pressure.Pending, g.Gang)); never != "" {
 				g.Why = "can never fit within the pool's limits, not even in an empty pool: " + never
 			} else {
 				g.Why = "does not fit within the pool's limits after work of higher priority"
 			}
-		case !kept[g.Gang] && !policy.GangFitsMax(cfg, groupsOf(in.Pressure.Pending, g.Gang)):
+		case !kept[g.Gang] && !policy.GangFitsMax(cfg, policy.GangGroups(in.Pressure.Pending, g.Gang)):
 			g.Why = fmt.Sprintf("can never fit: not even an empty pool of the pool's max (%d nodes) holds it", cfg.Nodes.Max)
 		case !kept[g.Gang]:
 			g.Why = fmt.Sprintf("does not fit the room the pool's max (%d nodes) leaves after work of higher priority", cfg.Nodes.Max)
@@ -69,17 +69,6 @@ func gangPlans(cfg policy.Config, in policy.Input, d policy.Decision, desired in
 			g.Why = "no scale-up in this decision (" + d.Reason.Code + ")"
 		default:
 			g.Bought = true
-		}
-	}
-	return out
-}
-
-// groupsOf returns the groups of pend that belong to gang.
-func groupsOf(pend []capacity.Pending, gang string) []capacity.Pending {
-	var out []capacity.Pending
-	for _, p := range pend {
-		if p.Gang == gang {
-			out = append(out, p)
 		}
 	}
 	return out

@@ -241,7 +241,7 @@ func (p *limited) gangsWhole(in Input, backlog []capacity.Pending, why string) D
 	k := longestRun(0, p.guess(&in, order), len(order), fits)
 	for k < len(order) && order[k].Gang != "" {
 		name := order[k].Gang
-		gang := groupsOf(order, name) // a gang may be several groups
+		gang := GangGroups(order, name) // a gang may be several groups
 		w := p.alone(in, gang)
 		if w == "" {
 			break
@@ -284,7 +284,7 @@ func (p *limited) gangsWhole(in Input, backlog []capacity.Pending, why string) D
 	for _, g := range order[k:] {
 		if g.Gang != "" {
 			parts = append(parts, fmt.Sprintf("gang %s (%d instances) waits whole: its nodes would cross the limit after work of higher priority",
-				g.Gang, instances(groupsOf(order, g.Gang))))
+				g.Gang, instances(GangGroups(order, g.Gang))))
 			break
 		}
 	}
@@ -368,8 +368,9 @@ func (p *limited) alone(in Input, g []capacity.Pending) string {
 	return p.cut(&empty, &d).why
 }
 
-// groupsOf returns the groups of pend of gang name.
-func groupsOf(pend []capacity.Pending, name string) []capacity.Pending {
+// GangGroups returns the groups of pend of gang name (a gang may be
+// several groups: a ProvisioningRequest's pod sets of different shapes).
+func GangGroups(pend []capacity.Pending, name string) []capacity.Pending {
 	var out []capacity.Pending
 	for _, g := range pend {
 		if g.Gang == name {
