@@ -26,7 +26,8 @@ type finishedKey struct {
 }
 
 type finishedRun struct {
-	pool     string
+	pool     string // "" is the default pool
+	known    bool   // the worker was known (its pool with it)
 	requests capacity.Resources
 }
 
@@ -43,7 +44,8 @@ func (f *finishedCounter) observe(st *store.SchedulingState) {
 	now := make(map[finishedKey]finishedRun, len(st.Active))
 	for _, in := range st.Active {
 		if !in.Daemon {
-			now[finishedKey{in.ID, in.Attempt}] = finishedRun{pool: poolOf[in.Worker], requests: in.Requests}
+			pool, known := poolOf[in.Worker]
+			now[finishedKey{in.ID, in.Attempt}] = finishedRun{pool: pool, known: known, requests: in.Requests}
 		}
 	}
 	// An instance still active (a new attempt too: restarted elsewhere)
@@ -56,7 +58,7 @@ func (f *finishedCounter) observe(st *store.SchedulingState) {
 		busy[in.ID] = true
 	}
 	for k, r := range f.running {
-		if busy[k.id] || r.pool == "" {
+		if busy[k.id] || !r.known {
 			continue
 		}
 		f.count[r.pool]++

@@ -13,7 +13,7 @@ import (
 // and a daemon do not count.
 func TestFinishedCounter(t *testing.T) {
 	gpu := capacity.Resources{MilliCPU: 4000, Memory: 1 << 30, GPUs: 1}
-	workers := []*store.Worker{{ID: "w1", Pool: "a"}, {ID: "w2", Pool: "b"}}
+	workers := []*store.Worker{{ID: "w1", Pool: "a"}, {ID: "w2", Pool: ""}} // "": the default pool
 	run := func(id string, attempt int64, worker string) store.SchedInstance {
 		return store.SchedInstance{ID: id, Attempt: attempt, Worker: worker, Requests: gpu}
 	}
@@ -33,13 +33,13 @@ func TestFinishedCounter(t *testing.T) {
 		// (attempt 2): neither finished.
 		{active: []store.SchedInstance{run("y", 2, "w1"), run("z", 2, "w2")}, workers: workers, want: map[string]int{"a": 1}},
 		// Both finish.
-		{workers: workers, want: map[string]int{"a": 2, "b": 1}},
+		{workers: workers, want: map[string]int{"a": 2, "": 1}},
 	}
 	for i, s := range steps {
 		f.observe(&store.SchedulingState{Workers: s.workers, Active: s.active, Pending: s.pending})
-		p := map[string]capacity.Pressure{"a": {}, "b": {}}
+		p := map[string]capacity.Pressure{"a": {}, "": {}}
 		f.stamp(p)
-		for _, pool := range []string{"a", "b"} {
+		for _, pool := range []string{"a", ""} {
 			if got, want := p[pool].Finished, s.want[pool]; got != want {
 				t.Errorf("step %d: pool %s: Finished %d, want %d", i, pool, got, want)
 			}

@@ -752,8 +752,8 @@ func TestPressurePublishedAndMetrics(t *testing.T) {
 		c.Registry = reg
 		c.OnPressure = func(p map[string]capacity.Pressure) { got = append(got, p) }
 	})
-	e.register("w", 0)
-	e.submit(obj{"command": "x", "resource_requirements": obj{"cpu_cores": 2}})
+	tok := e.register("w", 0)
+	x := e.submit(obj{"command": "x", "resource_requirements": obj{"cpu_cores": 2}})
 	e.submit(obj{"command": "big", "resource_requirements": obj{"cpu_cores": 64}})
 	e.schedule()
 	e.schedule() // unchanged: not published again
@@ -761,8 +761,15 @@ func TestPressurePublishedAndMetrics(t *testing.T) {
 		t.Fatalf("published %d reports, want 1", len(got))
 	}
 	p := got[0][""]
-	if len(p.Nodes) != 1 || len(p.Nodes[0].Running) != 1 || p.Queued() != 1 || p.Pending[0].Requests.MilliCPU != 64000 {
+	if len(p.Nodes) != 1 || len(p.Nodes[0].Running) != 1 || p.Queued() != 1 || p.Pending[0].Requests.MilliCPU != 64000 || p.Finished != 0 {
 		t.Fatalf("pressure: %+v", p)
+	}
+	// x finishes: the next report counts it (the tide policy's prefer
+	// reads how fast work finishes from these counters).
+	e.heartbeat("w", tok, 0, httpapi.InstanceReport{InstanceID: x, Attempt: 1, Status: "COMPLETED", ExitCode: ip(0)})
+	e.schedule()
+	if p := got[len(got)-1][""]; p.Finished != 1 || p.FinishedRequests.MilliCPU != 2000 {
+		t.Fatalf("after x completed: finished %d (%v), want 1 (2 cores)", p.Finished, p.FinishedRequests)
 	}
 	var viaAPI map[string]capacity.Pressure
 	code := e.do("GET", "/pressure", nil, &viaAPI)
