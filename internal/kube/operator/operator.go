@@ -129,7 +129,10 @@ type Operator struct {
 	log     *slog.Logger
 	metrics *metrics
 	runners map[string]*runner // written by the passes under mu
-	poke    chan struct{}
+	// finished counts the pods that ended on each pool's Nodes (the
+	// passes only).
+	finished finishedPods
+	poke     chan struct{}
 	// unmatched remembers the last event message per unmatched pod.
 	unmatched map[types.UID]string
 	// unmodelled remembers the last NotModelled event message per pod.
@@ -372,6 +375,7 @@ func (o *Operator) Pass(ctx context.Context) error {
 	for i := range pl.Items {
 		pods[i] = &pl.Items[i]
 	}
+	o.finished.observe(nodes, pods)
 	// DRA claims become device requests for the model only (pods keeps
 	// the objects as they are for everything else).
 	modelled := pods
@@ -437,7 +441,7 @@ func (o *Operator) Pass(ctx context.Context) error {
 		if r.nodes != nil {
 			r.nodes.refresh(byPool[name])
 		}
-		if err := o.runPool(ctx, r, now, rep.Pressure[name], byPool[name], podsOf); err != nil {
+		if err := o.runPool(ctx, r, now, o.finished.stamp(name, rep.Pressure[name]), byPool[name], podsOf); err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
 		}
 		if err := o.consolidate(ctx, r, now, byPool[name], byNode, len(podsOf)+reqs.Held[name]); err != nil {
