@@ -267,6 +267,42 @@ func (l *live) runningPods(t testing.TB, namespace, selector string) (running, t
 	return running, total
 }
 
+// notRunning describes up to three pods of the selector that are not
+// Running (phase, Node, why the scheduler left them, the Node's taints and
+// readiness), for a wait's failure message.
+func (l *live) notRunning(t testing.TB, namespace, selector string) string {
+	t.Helper()
+	list, err := l.cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodRunning || len(out) == 3 {
+			continue
+		}
+		d := fmt.Sprintf("%s %s on %q", p.Name, p.Status.Phase, p.Spec.NodeName)
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+				d += fmt.Sprintf(" (unscheduled: %s %s)", c.Reason, c.Message)
+			}
+		}
+		if p.Spec.NodeName != "" {
+			if n, err := l.cs.CoreV1().Nodes().Get(context.Background(), p.Spec.NodeName, metav1.GetOptions{}); err == nil {
+				ready := "unknown"
+				for _, c := range n.Status.Conditions {
+					if c.Type == corev1.NodeReady {
+						ready = string(c.Status)
+					}
+				}
+				d += fmt.Sprintf(" (Node Ready %s, taints %v)", ready, n.Spec.Taints)
+			}
+		}
+		out = append(out, d)
+	}
+	return strings.Join(out, "; ")
+}
+
 // TestLiveGPUDeployment: `tide kube` (in this process: controller-runtime
 // manager, Lease, probes, /metrics) scales a min-0 GPU NodePool for a
 // Deployment scaled 0 → 50 one-GPU pods on the real apiserver, scheduler and

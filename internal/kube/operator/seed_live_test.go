@@ -131,7 +131,14 @@ func TestLiveSeed001(t *testing.T) {
 		kubetest.Eventually(t, 3*time.Minute, func() (bool, string) {
 			pass(t)
 			r, all := l.runningPods(t, "default", "seed="+pool)
-			return r == len(live), fmt.Sprintf("%d of %d pods running on %d Nodes", r, all, len(l.poolNodes(t, pool)))
+			if r == len(live) {
+				return true, ""
+			}
+			msg := fmt.Sprintf("%d of %d pods running on %d Nodes", r, all, len(l.poolNodes(t, pool)))
+			if r+3 >= len(live) { // the last few: say why they wait (a pod once stuck here for minutes under load)
+				msg += "; not running: " + l.notRunning(t, "default", "seed="+pool)
+			}
+			return false, msg
 		})
 	}
 	shrink := func(t *testing.T, to int) {
