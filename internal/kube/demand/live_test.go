@@ -20,7 +20,7 @@ import (
 // Unschedulable are the pool's demand, the bound ones its node's use, and
 // the pod no pool can hold is reported with the reason.
 func TestDemandFromRealScheduler(t *testing.T) {
-	c := kubetest.Start(t)
+	c := kubetest.Shared(t)
 	node := map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": "gpu-0",
 		"labels":      map[string]string{demand.PoolLabel: "gpu", "accelerator": "nvidia"},
 		"annotations": map[string]string{"kwok.x-k8s.io/node": "fake", demand.OrdinalAnnotation: "0"}},

@@ -16,7 +16,7 @@ import (
 // epochs are unique under concurrency, the deposed replica's writes are
 // refused and change nothing, and the new one reads everything back.
 func TestJournalOnRealAPIServer(t *testing.T) {
-	c := kubetest.Start(t)
+	c := kubetest.Shared(t)
 	api, err := kubeapi.NewREST(c.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)

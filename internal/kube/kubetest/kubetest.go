@@ -1,7 +1,10 @@
 // Package kubetest starts a real, throwaway Kubernetes control plane for
 // tests (etcd, kube-apiserver, kube-scheduler, kwok and, when built,
 // kube-controller-manager) through scripts/kube-test-cluster, on free
-// loopback ports, and stops it when the test ends.
+// loopback ports. A test package's live tests share one plane (Shared,
+// declared by Main in its TestMain), reset to its pristine state before
+// and after each test (Reset); a test that needs a plane of its own starts
+// one with Start or StartWith, stopped when the test ends.
 //
 // The binaries live in a cache directory (scripts/kube-test-cluster bin).
 // When they are absent a test skips with the command that builds them,
@@ -42,6 +45,12 @@ type Cluster struct {
 	CAFile string
 	state  string
 	client *http.Client
+	// kcm says kube-controller-manager runs (it was built).
+	kcm bool
+	// baseline is the pristine state Reset restores (shared planes only).
+	baseline map[string]baseObject
+	// baseTypes are the resource types that had objects then.
+	baseTypes map[string]bool
 }
 
 // script returns the path of scripts/kube-test-cluster in this repository.
@@ -91,8 +100,10 @@ type Options struct {
 	FeatureGates, RuntimeConfig string
 }
 
-// Start starts a cluster for t and stops it (by the pids the script
-// recorded) when t ends, even when t fails.
+// Start starts a cluster of t's own and stops it (by the pids the script
+// recorded) when t ends, even when t fails. Most tests use the package's
+// shared plane instead (Shared: no start of ~3-5 s per test); Start is for
+// a test that needs a plane of its own (see Shared).
 func Start(t testing.TB) *Cluster {
 	t.Helper()
 	return StartWith(t, Options{})
@@ -102,43 +113,44 @@ func Start(t testing.TB) *Cluster {
 func StartWith(t testing.TB, o Options) *Cluster {
 	t.Helper()
 	if missing, dir := Missing(); len(missing) > 0 {
-		msg := fmt.Sprintf("no Kubernetes test binaries (%s missing in %s); build them with scripts/kube-test-cluster build",
-			strings.Join(missing, ", "), dir)
-		if os.Getenv("TIDE_KUBE_REQUIRE") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		skipOrFail(t, missing, dir)
 	}
 	state := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, script(), "up", state)
-	cmd.Env = append(os.Environ(), "KTC_APISERVER_SANS="+strings.Join(o.APIServerSANs, ","),
-		"KTC_FEATURE_GATES="+o.FeatureGates, "KTC_RUNTIME_CONFIG="+o.RuntimeConfig)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	c, err := up(state, o)
 	t.Cleanup(func() {
-		if t.Failed() {
-			for _, n := range []string{"apiserver", "scheduler", "kcm", "kwok"} {
-				if b, err := os.ReadFile(filepath.Join(state, "logs", n+".log")); err == nil && len(b) > 0 {
-					t.Logf("%s log (tail):\n%s", n, tail(b, 2000))
-				}
-			}
+		if t.Failed() && c != nil {
+			c.logTails(t)
 		}
 		if err := exec.Command(script(), "down", state).Run(); err != nil {
 			t.Errorf("kube-test-cluster down: %v", err)
 		}
 	})
 	if err != nil {
-		t.Fatalf("kube-test-cluster up: %v\n%s", err, stderr.String())
+		t.Fatal(err)
+	}
+	return c
+}
+
+// up starts a cluster with its state in state, watched by the script's
+// watchdog for this process's end (KTC_OWNER_PID).
+func up(state string, o Options) (*Cluster, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, script(), "up", state)
+	cmd.Env = append(os.Environ(), "KTC_APISERVER_SANS="+strings.Join(o.APIServerSANs, ","),
+		"KTC_FEATURE_GATES="+o.FeatureGates, "KTC_RUNTIME_CONFIG="+o.RuntimeConfig, fmt.Sprintf("KTC_OWNER_PID=%d", os.Getpid()))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if _, err := cmd.Output(); err != nil {
+		return nil, fmt.Errorf("kube-test-cluster up: %v\n%s", err, stderr.String())
 	}
 	c := &Cluster{Kubeconfig: filepath.Join(state, "kubeconfig"), CAFile: filepath.Join(state, "pki", "ca.crt"), state: state}
 	c.Bin, _ = BinDir()
-	_ = out
+	_, err := os.Stat(filepath.Join(state, "kcm.pid"))
+	c.kcm = err == nil
 	kc, err := os.ReadFile(c.Kubeconfig)
 	if err != nil {
-		t.Fatal(err)
+		return c, err
 	}
 	if m := regexp.MustCompile(`server: "([^"]+)"`).FindSubmatch(kc); m != nil {
 		c.Server = string(m[1])
@@ -147,12 +159,12 @@ func StartWith(t testing.TB, o Options) *Cluster {
 		c.Token = string(m[1])
 	}
 	if c.Server == "" || c.Token == "" {
-		t.Fatalf("kubeconfig without server or token:\n%s", kc)
+		return c, fmt.Errorf("kubeconfig without server or token:\n%s", kc)
 	}
 	// The test apiserver serves a self-signed certificate on loopback.
 	c.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402 -- loopback test cluster
-	return c
+	return c, nil
 }
 
 func tail(b []byte, n int) []byte {

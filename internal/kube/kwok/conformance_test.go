@@ -54,7 +54,7 @@ func settle(t *testing.T, p *Provider) {
 // kube-apiserver with kwok making the Nodes Ready; each subtest gets its
 // own scope (and Node name prefix), so it starts with no machines.
 func TestConformance(t *testing.T) {
-	c := kubetest.Start(t)
+	c := kubetest.Shared(t)
 	api, err := kubeapi.NewREST(c.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func TestConformance(t *testing.T) {
 // resources, and a providerID naming the machine; and that a new provider
 // (a controller after failover) sees the same machines and fences.
 func TestNodesCarryThePoolTemplate(t *testing.T) {
-	c := kubetest.Start(t)
+	c := kubetest.Shared(t)
 	api, err := kubeapi.NewREST(c.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tide-project/tide/deploy"
 	"github.com/tide-project/tide/internal/kube/demand"
 	"github.com/tide-project/tide/internal/kube/kubetest"
 )
@@ -93,16 +94,17 @@ func (l *live) draPod(t *testing.T, name, tmpl string) {
 // Kubernetes 1.34 on serves and 1.33 does not have; the test's objects are
 // still written in v1beta1, which the apiserver converts).
 func TestLiveDRADeviceCounts(t *testing.T) {
-	for _, tc := range []struct{ config, want string }{
-		{"resource.k8s.io/v1beta1=true", "v1beta1"},
-		{"resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true", "v1beta2"},
-	} {
-		t.Run(tc.want, func(t *testing.T) { draDeviceCounts(t, tc.config, tc.want) })
-	}
+	t.Run("v1beta1", func(t *testing.T) {
+		// A plane of its own: the shared one serves v1beta2 too, and tide
+		// must be seen reading v1beta1 when that is all there is.
+		l := startOwnLive(t, kubetest.Options{FeatureGates: "DynamicResourceAllocation=true",
+			RuntimeConfig: "resource.k8s.io/v1beta1=true"}, deploy.CRD, deploy.ProvisioningRequestCRD)
+		draDeviceCounts(t, l, "v1beta1")
+	})
+	t.Run("v1beta2", func(t *testing.T) { draDeviceCounts(t, startLive(t), "v1beta2") })
 }
 
-func draDeviceCounts(t *testing.T, runtimeConfig, version string) {
-	l := startLiveWith(t, kubetest.Options{FeatureGates: "DynamicResourceAllocation=true", RuntimeConfig: runtimeConfig})
+func draDeviceCounts(t *testing.T, l *live, version string) {
 	ctx := context.Background()
 	dc := &resourcev1beta1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.example.com"}, Spec: resourcev1beta1.DeviceClassSpec{
 		Selectors: []resourcev1beta1.DeviceSelector{{CEL: &resourcev1beta1.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}}}}

@@ -62,7 +62,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "tide kube replica %s: %v\n", id, err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := kubetest.Main(m, livePlane())
 	awstest.StopMoto()
 	os.Exit(code)
 }

@@ -12,7 +12,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tide-project/tide/deploy"
 	"github.com/tide-project/tide/internal/fleet/etcdtest"
 	"github.com/tide-project/tide/internal/kube/kubetest"
 	"github.com/tide-project/tide/internal/kube/operator"
@@ -57,9 +56,6 @@ func startTide(t *testing.T, name string, args ...string) {
 func TestLiveFleetNodePool(t *testing.T) {
 	l := startLive(t)
 	ctx := context.Background()
-	if err := l.Create(deploy.RBAC); err != nil {
-		t.Fatal(err)
-	}
 	bin := machinesRunTide(t) // the shard's machines run this binary too
 	etcd := etcdtest.Start(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tide-project/tide/deploy"
 	"github.com/tide-project/tide/internal/kube/kubetest"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
 	"github.com/tide-project/tide/internal/kube/operator"
@@ -58,9 +57,6 @@ const localPool = `{"nodes":{"min":0,"max":4},"provider":{"type":"local"},
 func TestLiveLocalMachinesJoin(t *testing.T) {
 	l := startLive(t)
 	ctx := context.Background()
-	if err := l.Create(deploy.RBAC); err != nil {
-		t.Fatal(err)
-	}
 	l.nodePool(t, "loc", localPool)
 	bin := machinesRunTide(t)
 	l.runOperatorWith(t, operator.Options{Identity: "loc", Pools: []string{"loc"}, LocalRoot: t.TempDir(),

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tide-project/tide/deploy"
 	"github.com/tide-project/tide/internal/cgroups"
 	"github.com/tide-project/tide/internal/kube/kubelet"
 	"github.com/tide-project/tide/internal/kube/kubetest"
@@ -104,6 +103,7 @@ func startKubeletSetup(t *testing.T) *kubeletSetup {
 	if why := netns.Supported(); why != "" {
 		t.Skip(why)
 	}
+	sweepStaleMachines(t)
 	saveSysctls(t)
 	// A short root: the kubelet's sockets live under its machine's data
 	// directory, and a unix socket's path has at most 107 bytes.
@@ -112,15 +112,14 @@ func startKubeletSetup(t *testing.T) *kubeletSetup {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	leftovers := hostPathsBefore()
-	ks := &kubeletSetup{root: root, prefix: fmt.Sprintf("tq%04x", os.Getpid()&0xffff), third: 20 + os.Getpid()%200}
+	// The shared plane names the gateway in its certificate (livePlane);
+	// its reset runs after the machines are removed (registered before).
+	ks := &kubeletSetup{root: root, prefix: fmt.Sprintf("tq%04x", os.Getpid()&0xffff), third: subnetThird()}
 	ks.gw = fmt.Sprintf("10.233.%d.1", ks.third)
+	ks.l = startLive(t)
+	leftovers := hostPathsBefore()
 	t.Cleanup(func() { removeKubeletMachines(t, ks.prefix); removeHostPaths(t, leftovers, ks.prefix) }) // after the operator stopped
 
-	ks.l = startLiveWith(t, kubetest.Options{APIServerSANs: []string{ks.gw}})
-	if err := ks.l.Create(deploy.RBAC); err != nil {
-		t.Fatal(err)
-	}
 	ks.pause, ks.busybox = kubetest.Images(t)
 	ks.bin = machinesRunTide(t)
 	ks.api, err = url.Parse(ks.l.Server)

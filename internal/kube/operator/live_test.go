@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -35,21 +36,82 @@ type live struct {
 	options func(*operator.Options)
 }
 
-func startLive(t *testing.T) *live {
-	t.Helper()
-	return startLiveWith(t, kubetest.Options{})
+// livePlane is the control plane the package's live tests share
+// (kubetest.Main in TestMain): DynamicResourceAllocation on with
+// resource.k8s.io v1beta1 and v1beta2 served (TestLiveDRADeviceCounts),
+// the bridge gateway of the kubelet and netns tests (subnetThird) in the
+// apiserver's certificate, and tide's CRDs (NodePool, ProvisioningRequest)
+// and RBAC (deploy/rbac.yaml) installed: what every test of the package
+// needs, part of the pristine state each starts from.
+func livePlane() kubetest.SharedPlane {
+	return kubetest.SharedPlane{
+		Options: kubetest.Options{APIServerSANs: []string{fmt.Sprintf("10.233.%d.1", subnetThird())},
+			FeatureGates: "DynamicResourceAllocation=true", RuntimeConfig: "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"},
+		Setup: func(c *kubetest.Cluster) error {
+			for _, m := range [][]byte{deploy.CRD, deploy.ProvisioningRequestCRD, deploy.RBAC} {
+				if err := c.Create(m); err != nil {
+					return err
+				}
+			}
+			for _, path := range []string{"/apis/tide.dev/v1alpha1/nodepools", "/apis/autoscaling.x-k8s.io/v1/provisioningrequests"} {
+				if err := served(c, path); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
 }
 
-// startLiveWith is startLive with the cluster's options.
-func startLiveWith(t *testing.T, o kubetest.Options) *live {
+// subnetThird is the third octet of the subnet (10.233.<third>.0/24) of
+// the netns pools of this test process (a concurrent test binary on this
+// host takes another): its .1 is the bridge gateway the machines reach the
+// apiserver at.
+func subnetThird() int { return 20 + os.Getpid()%200 }
+
+// served waits (up to a minute) until the apiserver serves path.
+func served(c *kubetest.Cluster, path string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, body, err := c.Do(http.MethodGet, path, nil)
+		if err == nil && code == http.StatusOK {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not served: %d %s %v", path, code, body, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startLive returns the package's shared control plane (livePlane), reset
+// to its pristine state, and resets it again when t ends, after every
+// cleanup t registers later (its operators, replicas and machines stop
+// first).
+func startLive(t *testing.T) *live {
+	t.Helper()
+	return newLive(t, kubetest.Shared(t))
+}
+
+// startOwnLive starts a control plane of t's own with options o and the
+// manifests installed, for a test the shared plane cannot serve (say why
+// where it is called).
+func startOwnLive(t *testing.T, o kubetest.Options, manifests ...[]byte) *live {
 	t.Helper()
 	c := kubetest.StartWith(t, o)
-	if err := c.Create(deploy.CRD); err != nil {
+	for _, m := range manifests {
+		if err := c.Create(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := served(c, "/apis/tide.dev/v1alpha1/nodepools"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(deploy.ProvisioningRequestCRD); err != nil {
-		t.Fatal(err)
-	}
+	return newLive(t, c)
+}
+
+func newLive(t *testing.T, c *kubetest.Cluster) *live {
+	t.Helper()
 	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -59,10 +121,6 @@ func startLiveWith(t *testing.T, o kubetest.Options) *live {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubetest.Eventually(t, time.Minute, func() (bool, string) {
-		code, body, err := c.Do(http.MethodGet, "/apis/tide.dev/v1alpha1/nodepools", nil)
-		return err == nil && code == http.StatusOK, fmt.Sprintf("NodePool API not served: %d %s %v", code, body, err)
-	})
 	return &live{Cluster: c, cs: cs}
 }
 

@@ -8,6 +8,9 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tide-project/tide/deploy"
+	"github.com/tide-project/tide/internal/cgroups"
+	"github.com/tide-project/tide/internal/kube/kubelet"
 	"github.com/tide-project/tide/internal/kube/kubetest"
 	"github.com/tide-project/tide/internal/kube/operator"
 	"github.com/tide-project/tide/internal/provider/netns"
@@ -40,11 +44,8 @@ func TestLiveNetnsMachinesJoin(t *testing.T) {
 	}
 	l := startLive(t)
 	ctx := context.Background()
-	if err := l.Create(deploy.RBAC); err != nil {
-		t.Fatal(err)
-	}
 	prefix := fmt.Sprintf("tk%04x", os.Getpid()&0xffff)
-	third := 20 + os.Getpid()%200
+	third := subnetThird()
 	gw := fmt.Sprintf("10.233.%d.1", third)
 	t.Cleanup(func() { removeNetns(t, prefix) }) // after the operator stopped
 	bin := machinesRunTide(t)
@@ -202,4 +203,68 @@ func removeNetns(t *testing.T, prefix string) {
 			}
 		}
 	}
+}
+
+// stalePrefix matches the prefix of the kubelet tests' machines (tq and
+// the low 16 bits of the test process's pid, 4 hex digits). Only tq: other
+// packages' tests name their namespaces tk<digits>.
+var stalePrefix = regexp.MustCompile(`^(tq[0-9a-f]{4})(-|br|$)`)
+
+// sweepStaleMachines removes what a killed run of this package left on
+// the host (a panic or go test -timeout skips every cleanup): the
+// namespaces, links, cgroups, processes and /run/tide-kubelet directories
+// of a prefix whose test process is gone, i.e. no operator.test process
+// runs whose pid has those low 16 bits. A concurrent run of the package
+// keeps its own.
+func sweepStaleMachines(t *testing.T) {
+	t.Helper()
+	prefixes := map[string]bool{}
+	note := func(name string) {
+		if m := stalePrefix.FindStringSubmatch(name); m != nil {
+			prefixes[m[1]] = true
+		}
+	}
+	for _, dir := range []string{"/run/netns", "/sys/class/net", kubelet.RunDir} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			note(e.Name())
+		}
+	}
+	pts, _ := cgroups.Mounted()
+	for _, pt := range pts {
+		ents, _ := os.ReadDir(pt)
+		for _, e := range ents {
+			note(e.Name())
+		}
+	}
+	if len(prefixes) == 0 {
+		return
+	}
+	live := map[string]bool{}
+	procs, _ := os.ReadDir("/proc")
+	for _, d := range procs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if comm, err := os.ReadFile("/proc/" + d.Name() + "/comm"); err == nil && strings.TrimSpace(string(comm)) == filepath.Base(os.Args[0]) {
+			live[fmt.Sprintf("%04x", pid&0xffff)] = true
+		}
+	}
+	for p := range prefixes {
+		if live[p[2:]] {
+			continue
+		}
+		t.Logf("removing the machines of %s, whose test process is gone", p)
+		removeKubeletMachines(t, p)
+		runs, _ := os.ReadDir(kubelet.RunDir)
+		for _, e := range runs {
+			if strings.HasPrefix(e.Name(), p+"-") {
+				if err := os.RemoveAll(filepath.Join(kubelet.RunDir, e.Name())); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+	_ = os.Remove(kubelet.RunDir) // when empty
 }

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tide-project/tide/deploy"
 	"github.com/tide-project/tide/internal/kube/kubetest"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
 	"github.com/tide-project/tide/internal/kube/operator"
@@ -37,9 +36,6 @@ import (
 func TestLivePluginMachinesJoin(t *testing.T) {
 	l := startLive(t)
 	ctx := context.Background()
-	if err := l.Create(deploy.RBAC); err != nil {
-		t.Fatal(err)
-	}
 	bin := machinesRunTide(t)
 	off := `[{"type":"p4","cpu":"4","memory":"8Gi","price":1}]`
 	command, err := json.Marshal([]string{bin, "provider", "serve-local", "--root", t.TempDir(), "--offerings", off})

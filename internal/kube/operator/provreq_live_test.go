@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tide-project/tide/deploy"
 	"github.com/tide-project/tide/internal/kube/kubetest"
@@ -237,23 +235,8 @@ func TestLiveProvisioningRequests(t *testing.T) {
 // ProvisioningRequest CRD (tide kube installed before it shipped one),
 // tide kube scales as before and logs no failed pass.
 func TestLiveWithoutProvisioningRequestCRD(t *testing.T) {
-	c := kubetest.Start(t)
-	if err := c.Create(deploy.CRD); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &live{Cluster: c, cs: cs}
-	kubetest.Eventually(t, time.Minute, func() (bool, string) {
-		code, body, err := c.Do(http.MethodGet, "/apis/tide.dev/v1alpha1/nodepools", nil)
-		return err == nil && code == http.StatusOK, fmt.Sprintf("NodePool API not served: %d %s %v", code, body, err)
-	})
+	// A plane of its own: the shared one has the ProvisioningRequest CRD.
+	l := startOwnLive(t, kubetest.Options{}, deploy.CRD)
 	var logs strings.Builder
 	var mu sync.Mutex
 	l.options = func(o *operator.Options) {

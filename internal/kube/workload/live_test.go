@@ -31,7 +31,7 @@ import (
 // cordons and drains each Node through the Eviction API (a pod on one of
 // them is evicted) and deletes it.
 func TestPoolControllerOnKwokNodes(t *testing.T) {
-	c := kubetest.Start(t)
+	c := kubetest.Shared(t)
 	api, err := kubeapi.NewREST(c.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)

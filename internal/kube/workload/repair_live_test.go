@@ -29,7 +29,7 @@ import (
 // NotReady past repair_after and is replaced: the replacement Node is
 // Ready before the NotReady one is deleted.
 func TestNotReadyNodeIsRepaired(t *testing.T) {
-	c := kubetest.Start(t)
+	c := kubetest.Shared(t)
 	api, err := kubeapi.NewREST(c.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
