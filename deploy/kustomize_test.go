@@ -63,7 +63,7 @@ func objects(t *testing.T, stream []byte) map[string]object {
 // real kube-apiserver (server-side apply, real objects), which accepts every
 // object.
 func TestKustomizationOnRealAPIServer(t *testing.T) {
-	c := kubetest.Start(t)
+	c := kubetest.Shared(t)
 	kubectl := filepath.Join(c.Bin, "kubectl")
 	if _, err := os.Stat(kubectl); err != nil {
 		t.Fatalf("kubectl is not among the test binaries (scripts/kube-test-cluster build makes it): %v", err)

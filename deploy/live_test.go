@@ -21,7 +21,7 @@ import (
 // NodePools refused with the field named, writes the status subresource and
 // reads the printer columns.
 func TestManifestsOnRealAPIServer(t *testing.T) {
-	c := kubetest.Start(t)
+	c := kubetest.Shared(t)
 	if err := c.Create(deploy.All()); err != nil {
 		t.Fatal(err)
 	}

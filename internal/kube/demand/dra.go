@@ -2,6 +2,7 @@ package demand
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -95,7 +96,9 @@ func WithDevices(pods []*corev1.Pod, c Claims, pools []Pool) []*corev1.Pod {
 		switch {
 		case !c.Served:
 			why = c.Why
-		case p.Spec.NodeName != "":
+		case p.Spec.NodeName != "" || reservedFor(p, c):
+			// Bound, or being bound: kube-scheduler allocated every
+			// claim and reserved it for the pod, then binds it.
 			devs, why = allocated(p, c, counted, declared)
 		default:
 			devs, why = requested(p, c, users, declared)
@@ -125,6 +128,22 @@ func WithDevices(pods []*corev1.Pod, c Claims, pools []Pool) []*corev1.Pod {
 		out[i] = cp
 	}
 	return out
+}
+
+// reservedFor says whether every claim of a pod not bound yet is
+// allocated and reserved for it: kube-scheduler's binding cycle for the
+// pod is under way (it allocates and reserves, then binds), so the pod is
+// counted by what was allocated, as a bound one, rather than reported as
+// holding claims allocated already.
+func reservedFor(p *corev1.Pod, c Claims) bool {
+	for i := range p.Spec.ResourceClaims {
+		cl, _ := claimOf(p, &p.Spec.ResourceClaims[i], c)
+		if cl == nil || cl.Status.Allocation == nil ||
+			!slices.ContainsFunc(cl.Status.ReservedFor, func(r resourcev1beta1.ResourceClaimConsumerReference) bool { return r.UID == p.UID }) {
+			return false
+		}
+	}
+	return true
 }
 
 // claimOf returns the ResourceClaim of pod's claim entry i: named, or made
@@ -231,6 +250,10 @@ func draReason(p *corev1.Pod) string { return p.Annotations[draWhy] }
 // to one.
 func ClaimV1beta2(c *resourcev1beta2.ResourceClaim) *resourcev1beta1.ResourceClaim {
 	out := &resourcev1beta1.ResourceClaim{ObjectMeta: c.ObjectMeta, Spec: specV1beta2(&c.Spec)}
+	for _, r := range c.Status.ReservedFor {
+		out.Status.ReservedFor = append(out.Status.ReservedFor,
+			resourcev1beta1.ResourceClaimConsumerReference{APIGroup: r.APIGroup, Resource: r.Resource, Name: r.Name, UID: r.UID})
+	}
 	if a := c.Status.Allocation; a != nil {
 		out.Status.Allocation = &resourcev1beta1.AllocationResult{}
 		for _, r := range a.Devices.Results {

@@ -10,6 +10,7 @@ import (
 	resourcev1beta1 "k8s.io/api/resource/v1beta1"
 	resourcev1beta2 "k8s.io/api/resource/v1beta2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tide-project/tide/internal/capacity"
 )
@@ -116,6 +117,38 @@ func TestDRARoom(t *testing.T) {
 	}
 	if got := sum(newNodes(t, p, rep)); got != 1 {
 		t.Fatalf("%d new nodes, want 1", got)
+	}
+}
+
+// TestDRABeingBound: a pod not bound yet whose claim kube-scheduler has
+// allocated and reserved for it (its binding cycle: allocate, reserve,
+// bind) is counted by what was allocated, as a bound pod, and not
+// reported: it waits for no Node. The same claim reserved for another pod
+// is "allocated already".
+func TestDRABeingBound(t *testing.T) {
+	p := draPool()
+	claimName := "b-gpu"
+	claim := func(reserved types.UID) *resourcev1beta1.ResourceClaim {
+		return &resourcev1beta1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: claimName}, Spec: claimSpec(exactly("g", gpuClass, 1)),
+			Status: resourcev1beta1.ResourceClaimStatus{Allocation: &resourcev1beta1.AllocationResult{Devices: resourcev1beta1.DeviceAllocationResult{
+				Results: []resourcev1beta1.DeviceRequestAllocationResult{{Request: "g", Driver: "d", Pool: "n", Device: "gpu-0"}}}},
+				ReservedFor: []resourcev1beta1.ResourceClaimConsumerReference{{Resource: "pods", Name: "b", UID: reserved}}}}
+	}
+	b := pod("b", rl("cpu", "100m"), fromTemplate("one"), func(p *corev1.Pod) {
+		p.UID = "uid-b"
+		p.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: &claimName}}
+	})
+	tmpls := map[string]resourcev1beta1.ResourceClaimSpec{"one": claimSpec(exactly("g", gpuClass, 1))}
+	pods := WithDevices([]*corev1.Pod{b}, draClaims(tmpls, claim("uid-b")), []Pool{p})
+	if why := draReason(pods[0]); why != "" {
+		t.Fatalf("a pod being bound reported: %s", why)
+	}
+	if got := pods[0].Spec.Containers[0].Resources.Requests[corev1.ResourceName(DeviceClassPrefix+gpuClass)]; got.Value() != 1 {
+		t.Fatalf("a pod being bound counts %s devices, want its 1 allocated", got.String())
+	}
+	pods = WithDevices([]*corev1.Pod{b}, draClaims(tmpls, claim("uid-other")), []Pool{p})
+	if why := draReason(pods[0]); !strings.Contains(why, "allocated already") {
+		t.Fatalf("a claim reserved for another pod: %q, want allocated already", why)
 	}
 }
 
