@@ -49,8 +49,9 @@ type Cluster struct {
 	kcm bool
 	// baseline is the pristine state Reset restores (shared planes only).
 	baseline map[string]baseObject
-	// baseTypes are the resource types that had objects then.
-	baseTypes map[string]bool
+	// baseTypes are the resource types that had objects then,
+	// baseNamespaces the namespaces ("" too).
+	baseTypes, baseNamespaces map[string]bool
 }
 
 // script returns the path of scripts/kube-test-cluster in this repository.

@@ -222,24 +222,28 @@ func (c *Cluster) snapshot() error {
 	if err != nil {
 		return err
 	}
-	c.baseline, c.baseTypes = map[string]baseObject{}, map[string]bool{}
+	c.baseline, c.baseTypes, c.baseNamespaces = map[string]baseObject{}, map[string]bool{}, map[string]bool{"": true}
+	for _, o := range objs {
+		if o.typ.group == "" && o.typ.resource == "namespaces" {
+			c.baseNamespaces[o.name] = true
+		}
+	}
 	for _, o := range objs {
 		c.baseTypes[o.typ.String()] = true
-		if !isEvent(o.typ) && !systemMade(o) {
+		if !isEvent(o.typ) && !c.systemMade(o) {
 			c.baseline[o.uid] = baseObject{desc: o.String(), generation: o.generation}
 		}
 	}
 	return nil
 }
 
-// baseNamespaces are the namespaces every cluster has.
-var baseNamespaces = map[string]bool{"": true, "default": true, "kube-system": true, "kube-public": true, "kube-node-lease": true}
-
 // systemMade says whether o is an object the control plane makes by itself
-// in a namespace every cluster has, at a moment of its choosing: never
-// deleted by Reset, never a leftover.
-func systemMade(o object) bool {
-	if !baseNamespaces[o.namespace] {
+// in a namespace of the pristine state (the standard ones, and those the
+// plane's Setup made), at a moment of its choosing (kube-controller-manager
+// may make a namespace's default ServiceAccount after the pristine state was
+// recorded): never deleted by Reset, never a leftover.
+func (c *Cluster) systemMade(o object) bool {
+	if !c.baseNamespaces[o.namespace] {
 		return false
 	}
 	switch {
@@ -320,7 +324,7 @@ func (c *Cluster) Reset() error {
 		nsContent := map[string]int{} // non-pristine objects per namespace
 		for _, o := range objs {
 			present[o.uid] = true
-			if systemMade(o) {
+			if c.systemMade(o) {
 				continue
 			}
 			if b, ok := c.baseline[o.uid]; ok {

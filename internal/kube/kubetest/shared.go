@@ -1,6 +1,7 @@
 package kubetest
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -179,21 +180,32 @@ func startShared(p SharedPlane) (*Cluster, error) {
 }
 
 // settle waits until the controller manager (when it runs) has made the
-// default ServiceAccount of every namespace: the pristine state is the one
-// a test would see a while after the start.
+// default ServiceAccount of every namespace (the standard ones and the
+// Setup's): the pristine state is the one a test would see a while after
+// the start.
 func (c *Cluster) settle(within time.Duration) error {
 	if !c.kcm {
 		return nil
 	}
+	code, body, err := c.Do("GET", "/api/v1/namespaces", nil)
+	if err != nil || code != 200 {
+		return fmt.Errorf("list namespaces: %d %s %v", code, tail(body, 300), err)
+	}
+	var list struct {
+		Items []struct{ Metadata struct{ Name string } }
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(within)
-	for _, ns := range []string{"default", "kube-system", "kube-public", "kube-node-lease"} {
+	for _, ns := range list.Items {
 		for {
-			code, _, err := c.Do("GET", "/api/v1/namespaces/"+ns+"/serviceaccounts/default", nil)
+			code, _, err := c.Do("GET", "/api/v1/namespaces/"+ns.Metadata.Name+"/serviceaccounts/default", nil)
 			if err == nil && code == 200 {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("no default ServiceAccount in %s after %v (%d %v)", ns, within, code, err)
+				return fmt.Errorf("no default ServiceAccount in %s after %v (%d %v)", ns.Metadata.Name, within, code, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

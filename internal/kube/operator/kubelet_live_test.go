@@ -3,6 +3,7 @@ package operator_test
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -451,28 +452,57 @@ func pcts(ds []time.Duration) string {
 		s[len(s)-1].Round(time.Millisecond), len(s))
 }
 
+// sysctlRecord is where saveSysctls also writes the values it saved,
+// with its process's pid: a run killed before its cleanup (a panic, go
+// test -timeout) leaves it, and the next run writes them back.
+const sysctlRecord = "/run/tide-kubelet-test-sysctls.json"
+
 // saveSysctls saves the machine-wide sysctls a kubelet changes and writes
 // them back when the test ends (after everything else: registered first).
+// The values a killed run saved (sysctlRecord, its process gone) are
+// written back first.
 func saveSysctls(t *testing.T) {
 	t.Helper()
+	var rec struct {
+		PID    int
+		Values map[string]string
+	}
+	if b, err := os.ReadFile(sysctlRecord); err == nil && json.Unmarshal(b, &rec) == nil {
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", rec.PID)); err != nil || strings.TrimSpace(string(comm)) != filepath.Base(os.Args[0]) {
+			restoreSysctls(t, rec.Values, fmt.Sprintf("a killed run (pid %d) left it changed", rec.PID))
+			_ = os.Remove(sysctlRecord)
+		}
+	}
 	saved := map[string]string{}
 	for _, s := range kubelet.SysctlsChanged {
 		if b, err := os.ReadFile("/proc/sys/" + s); err == nil {
 			saved[s] = strings.TrimSpace(string(b))
 		}
 	}
-	t.Cleanup(func() {
-		for s, v := range saved {
-			if b, _ := os.ReadFile("/proc/sys/" + s); strings.TrimSpace(string(b)) == v {
-				continue
-			}
-			if err := os.WriteFile("/proc/sys/"+s, []byte(v), 0o644); err != nil {
-				t.Errorf("restore sysctl %s=%s: %v", s, v, err)
-			} else {
-				t.Logf("restored sysctl %s=%s (the kubelet changed it)", s, v)
-			}
+	if b, err := json.Marshal(map[string]any{"PID": os.Getpid(), "Values": saved}); err == nil {
+		if err := os.WriteFile(sysctlRecord, b, 0o644); err != nil {
+			t.Logf("recording the sysctls: %v", err)
 		}
+	}
+	t.Cleanup(func() {
+		restoreSysctls(t, saved, "the kubelet changed it")
+		_ = os.Remove(sysctlRecord)
 	})
+}
+
+// restoreSysctls writes back the sysctls that differ from saved.
+func restoreSysctls(t *testing.T, saved map[string]string, why string) {
+	t.Helper()
+	for s, v := range saved {
+		if b, _ := os.ReadFile("/proc/sys/" + s); strings.TrimSpace(string(b)) == v {
+			continue
+		}
+		if err := os.WriteFile("/proc/sys/"+s, []byte(v), 0o644); err != nil {
+			t.Errorf("restore sysctl %s=%s: %v", s, v, err)
+		} else {
+			t.Logf("restored sysctl %s=%s (%s)", s, v, why)
+		}
+	}
 }
 
 // hostPaths are the fixed paths a kubelet and containerd make whatever
