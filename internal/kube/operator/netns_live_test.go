@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -215,7 +216,9 @@ var stalePrefix = regexp.MustCompile(`^(tq[0-9a-f]{4})(-|br|$)`)
 // namespaces, links, cgroups, processes and /run/tide-kubelet directories
 // of a prefix whose test process is gone, i.e. no operator.test process
 // runs whose pid has those low 16 bits. A concurrent run of the package
-// keeps its own.
+// keeps its own. Then, when no kubelet machine of any run is left, what
+// their kubelets left on the host: the machines' roots, log links,
+// containerd shim sockets and the fixed host paths.
 func sweepStaleMachines(t *testing.T) {
 	t.Helper()
 	prefixes := map[string]bool{}
@@ -237,12 +240,12 @@ func sweepStaleMachines(t *testing.T) {
 			note(e.Name())
 		}
 	}
-	if len(prefixes) == 0 {
-		return
-	}
 	live := map[string]bool{}
 	procs, _ := os.ReadDir("/proc")
 	for _, d := range procs {
+		if len(prefixes) == 0 {
+			break
+		}
 		pid, err := strconv.Atoi(d.Name())
 		if err != nil {
 			continue
@@ -266,5 +269,53 @@ func sweepStaleMachines(t *testing.T) {
 			}
 		}
 	}
-	_ = os.Remove(kubelet.RunDir) // when empty
+	// The host paths their kubelets made, when no other run's machines
+	// are left to use them: their roots (/tmp/tk<n>, which no process
+	// names any more), the pods' log links into them, the sockets of
+	// their containerd shims (when no containerd runs on the host at
+	// all), then each path when empty.
+	if nss, _ := os.ReadDir("/run/netns"); slices.ContainsFunc(nss, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), "tq") }) {
+		return
+	}
+	cmdlines := ""
+	procs, _ = os.ReadDir("/proc")
+	containerd := false
+	for _, d := range procs {
+		if _, err := strconv.Atoi(d.Name()); err == nil {
+			b, _ := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+			cmdlines += string(b) + "\n"
+			comm, _ := os.ReadFile("/proc/" + d.Name() + "/comm")
+			containerd = containerd || strings.HasPrefix(string(comm), "containerd")
+		}
+	}
+	roots, _ := filepath.Glob(filepath.Join(os.TempDir(), "tk*"))
+	for _, r := range roots {
+		m, _ := filepath.Glob(filepath.Join(r, "*", "local", "machines"))
+		if ents, _ := os.ReadDir(r); len(ents) > 0 && len(m) == 0 || strings.Contains(cmdlines, r+"/") {
+			continue // not a machines' root (empty, or with machines), or in use
+		}
+		if err := os.RemoveAll(r); err != nil {
+			t.Error(err)
+			continue
+		}
+		t.Logf("removed %s, the machines' root of a killed run", r)
+	}
+	links, _ := os.ReadDir("/var/log/containers")
+	for _, l := range links {
+		p := filepath.Join("/var/log/containers", l.Name())
+		if _, err := os.Stat(p); os.IsNotExist(err) { // dangling: its root is gone
+			_ = os.Remove(p)
+		}
+	}
+	if !containerd {
+		socks, _ := os.ReadDir("/run/containerd/s")
+		for _, s := range socks {
+			_ = os.Remove(filepath.Join("/run/containerd/s", s.Name()))
+		}
+	}
+	for _, p := range hostPaths {
+		if err := os.Remove(p); err == nil {
+			t.Logf("removed %s, left by a killed run", p)
+		}
+	}
 }
