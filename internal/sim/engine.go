@@ -654,7 +654,7 @@ func (e *engine) reportBusy() bool {
 func (e *engine) evaluate() bool {
 	e.changed = false
 	d := e.pol.Decide(policy.Input{Now: e.now, Desired: e.desired, Pressure: e.pressure(), State: e.state,
-		Unavailable: e.ctl.Unavailable(e.now)})
+		Unavailable: e.ctl.Unavailable(e.now), Booting: e.ctl.Booting()})
 	e.state = d.State
 	e.recheck = d.Recheck
 	if d.Desired == e.desired {
