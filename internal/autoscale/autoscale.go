@@ -50,6 +50,12 @@ type holder interface {
 	Held() policy.Held
 }
 
+// booter is a Target that knows the machines launched and not joined yet
+// (controller.Controller), for the policy's purchase.
+type booter interface {
+	Booting() []capacity.Resources
+}
+
 // Event is one thing worth telling a person: a decision or a reason not to
 // decide.
 type Event struct {
@@ -306,6 +312,9 @@ func (p *Pool) Evaluate(now time.Time) (d policy.Decision, ok bool) {
 	in := policy.Input{Now: now, Desired: p.desired, Pressure: p.pressure, State: p.state}
 	if u, ok := p.target.(unavailabler); ok {
 		in.Unavailable = u.Unavailable(now) // the controller's ICE cache
+	}
+	if b, ok := p.target.(booter); ok {
+		in.Booting = b.Booting()
 	}
 	if h, ok := p.target.(holder); ok {
 		held := h.Held()

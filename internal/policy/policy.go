@@ -63,6 +63,12 @@ type Input struct {
 	// Held is what the pool's machines add up to (the controller's, for
 	// Config.Limits); nil: estimated from the report's nodes.
 	Held *Held
+	// Booting are the resources of the machines launched for the pool
+	// that have not joined yet, one entry each (the controller's: the
+	// nodes a policy bought that are still booting, and replacements).
+	// Nil: not known; the tide policy then assumes that the nodes asked
+	// for and not joined can host what they were asked for.
+	Booting []capacity.Resources
 }
 
 // Decision is a policy's answer.

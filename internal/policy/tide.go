@@ -23,7 +23,10 @@ const CodeBatching = "batching"
 //	                                        mix by effective cost; desired = unmarked nodes +
 //	                                        new nodes + spare nodes for Headroom or the burst
 //	                                        spare, whichever is more (never lowered while a
-//	                                        backlog waits), clamped to max
+//	                                        backlog waits), clamped to max; the nodes
+//	                                        asked for and not joined count as hosting
+//	                                        the backlog, except for shapes that fit none
+//	                                        of the machines booting (Input.Booting)
 //	no backlog, empty nodes idle for      → scale down by those nodes, keeping Headroom
 //	  IdleTimeout or longer                 empty nodes and min; busy nodes never count
 //	no backlog, fewer than Headroom empty → scale up to restore the spare nodes
@@ -223,6 +226,16 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int, turnover *Turno
 	}
 	launch := tideLaunches(&res, offs, cfg.Offerings, spare, pending)
 	desired := max(in.Desired, need)
+	if extra, rest := p.beyondBooting(in, v, res.Nodes, free, pending, offs); extra > 0 && in.Desired+extra > desired {
+		// The nodes on their way cannot host the backlog (a spot
+		// replacement, nodes bought for other shapes): buy what they
+		// leave, whatever the count says.
+		need = validate.Sum(in.Desired, extra)
+		desired = need
+		res = rest
+		fig.Mix, fig.Cost, fig.Nodes, fig.Method = tideMix(&res, cfg.Offerings), res.Cost, res.Nodes, res.Method
+		launch = tideLaunches(&res, offs, cfg.Offerings, 0, pending)
+	}
 
 	var reason Reason
 	switch {
@@ -258,6 +271,34 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int, turnover *Turno
 		d.Launch = fitLaunches(cfg, launch, desired-in.Desired, pending)
 	}
 	return d
+}
+
+// beyondBooting returns how many new nodes the backlog needs that the
+// machines booting (Input.Booting) cannot give it, with the purchase for
+// them: the shapes that fit none of those machines are packed into the
+// free room of the joined nodes and new nodes, less the nodes asked for
+// but not launched yet (counted as able to host them). 0 when the booting
+// machines are not known, none boots, or every shape fits one of them:
+// the count of nodes asked for then stands, as it always did. newNodes is
+// what the whole backlog needs beyond the joined nodes (0: nothing to
+// look at).
+func (p *tidePolicy) beyondBooting(in *Input, v *tideView, newNodes int, free []capacity.Resources, pending []capacity.Pending,
+	offs []capacity.Offering) (int, binpack.Purchase) {
+	if len(in.Booting) == 0 || newNodes == 0 {
+		return 0, binpack.Purchase{}
+	}
+	var orphans []capacity.Pending
+	for _, g := range pending {
+		if !slices.ContainsFunc(in.Booting, func(b capacity.Resources) bool { return g.Requests.Fits(b.Sub(v.daemons)) }) {
+			orphans = append(orphans, g)
+		}
+	}
+	if len(orphans) == 0 {
+		return 0, binpack.Purchase{}
+	}
+	res := binpack.Buy(orphans, offs, binpack.BuyOptions{Free: free, MaxNodes: -1, Limit: tideLimits(p.cfg.Offerings, in.Unavailable)})
+	unlaunched := max(in.Desired-v.unmarked-len(in.Booting), 0)
+	return max(res.Nodes-unlaunched, 0), res
 }
 
 // settle handles a pool without backlog: release nodes idle for long

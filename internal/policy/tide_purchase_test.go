@@ -56,3 +56,48 @@ func TestTideCountsAreArithmetic(t *testing.T) {
 		}
 	}
 }
+
+// TestTideCountsOnlyBootingNodesThatFit: nodes on their way absorb the
+// backlog only as far as they can host it. A c4 replacement booting (Input.Booting)
+// holds no 8-GPU task, so the task gets a g8 node now rather than a boot later,
+// when the c4 has joined and still cannot run it; a g8 booting does hold it;
+// without Input.Booting the policy counts the nodes asked for, as before.
+func TestTideCountsOnlyBootingNodesThatFit(t *testing.T) {
+	gpuTask := capacity.Resources{MilliCPU: 3000, Memory: 16 * ttGi, GPUs: 8}
+	offs := []capacity.Offering{tideOD, tideGPU}
+	cfg := tideConfig(t, capacity.Elastic(0, 20), offs)
+	tests := []struct {
+		name    string
+		booting []capacity.Resources
+		desired int
+		want    int
+		launch  string // the offering of the launch, "" for none
+	}{
+		{"booting unknown: the node asked for counts", nil, 3, 3, ""},
+		{"a c4 booting cannot host it", []capacity.Resources{tideC4}, 3, 4, tideGPU.Name()},
+		{"a g8 booting hosts it", []capacity.Resources{tideGPU.Resources}, 3, 3, ""},
+		{"nothing booting, one asked for and not launched", []capacity.Resources{}, 3, 3, ""},
+		{"two c4 booting, one g8 not launched yet", []capacity.Resources{tideC4, tideC4}, 5, 5, ""},
+		{"a c4 and a g8 booting", []capacity.Resources{tideC4, tideGPU.Resources}, 4, 4, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Input{Now: tideT0, State: waited, Desired: tc.desired, Booting: tc.booting,
+				Pressure: capacity.Pressure{Nodes: tideFullNodes(2), Pending: []capacity.Pending{tidePending(gpuTask, 1)}}}
+			d := NewTide(cfg).Decide(in)
+			if d.Desired != tc.want {
+				t.Fatalf("desired %d, want %d (%s)", d.Desired, tc.want, d.Reason)
+			}
+			got := ""
+			if len(d.Launch) > 0 {
+				got = d.Launch[0].Offering
+				if len(d.Launch) != 1 || d.Launch[0].Count != tc.want-tc.desired {
+					t.Errorf("launch %+v, want %d × %s", d.Launch, tc.want-tc.desired, tc.launch)
+				}
+			}
+			if got != tc.launch {
+				t.Errorf("launch %q, want %q", got, tc.launch)
+			}
+		})
+	}
+}

@@ -18,6 +18,7 @@ import (
 	cloudsim "github.com/tide-project/tide/internal/provider/sim"
 	"github.com/tide-project/tide/internal/reconcile"
 	"github.com/tide-project/tide/internal/scheduler"
+	"github.com/tide-project/tide/internal/trace"
 	"github.com/tide-project/tide/sdk/provider"
 )
 
@@ -71,8 +72,12 @@ type Options struct {
 // Jobs flagged Preexisting (running before the trace's origin) are the
 // initial load: they arrive a warm-up before the origin (long enough for
 // the pool to boot: the longest boot and configure plus two reconcile
-// ticks and a minute), run until their trace end, and count in no wait
-// figure; billing and utilization count from the origin on.
+// ticks and a minute) and run until their trace end; billing and
+// utilization count from the origin on. An instance of the initial load
+// running by the origin waited for nothing the replay measures and counts
+// in no wait figure; one the pool left queued at the origin waited from
+// the origin to its start (without that, a policy that never bought for
+// the initial load would look as fast as one that did, and cheaper).
 //
 // Run fails on a bad configuration, a controller that cannot run or a
 // cancelled ctx; on a broken invariant it returns the Result and an error
@@ -426,6 +431,24 @@ func (e *engine) step(ctx context.Context, t time.Time) error {
 // rel formats the virtual time as an offset from the trace origin.
 func (e *engine) rel() string { return e.now.Sub(Origin).String() }
 
+// waited says whether an instance of job starting (or still queued) now
+// counts in the wait figures: every instance submitted in the trace, and
+// an instance of the initial load that was not running by the origin (the
+// pool left it waiting at the start of the replay).
+func (e *engine) waited(job *trace.Job) bool {
+	return !job.Preexisting || e.now.After(Origin)
+}
+
+// waitFrom is when job's wait starts counting: its submit time, or the
+// origin for the initial load (the warm-up before it is the pool's to
+// boot in).
+func (e *engine) waitFrom(job *trace.Job) time.Time {
+	if job.Preexisting {
+		return Origin
+	}
+	return Origin.Add(job.Submit)
+}
+
 // arrival returns when job j arrives: its submit time, or the warm-up's
 // start for the initial load.
 func (e *engine) arrival(j int) time.Time {
@@ -631,7 +654,7 @@ func (e *engine) reportBusy() bool {
 func (e *engine) evaluate() bool {
 	e.changed = false
 	d := e.pol.Decide(policy.Input{Now: e.now, Desired: e.desired, Pressure: e.pressure(), State: e.state,
-		Unavailable: e.ctl.Unavailable(e.now)})
+		Unavailable: e.ctl.Unavailable(e.now), Booting: e.ctl.Booting()})
 	e.state = d.State
 	e.recheck = d.Recheck
 	if d.Desired == e.desired {

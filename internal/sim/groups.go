@@ -450,16 +450,16 @@ func (e *engine) begin(g int32, n *node, k int32) {
 	e.gangRunning(rg.job, k)
 	if st := e.gangs[rg.job]; st != nil && !rg.ran {
 		st.started += k
-		if st.started == int32(job.Replicas) && !job.Preexisting {
+		if st.started == int32(job.Replicas) && e.waited(job) {
 			st.whole = true
-			e.gangWaits = append(e.gangWaits, waitCount{sec: e.now.Sub(Origin.Add(job.Submit)).Seconds(), count: 1})
+			e.gangWaits = append(e.gangWaits, waitCount{sec: e.now.Sub(e.waitFrom(job)).Seconds(), count: 1})
 		}
 	}
-	if !rg.ran && !job.Preexisting {
+	if !rg.ran && e.waited(job) {
 		// The parts of one group placed in one step wait alike: one entry
 		// for them all, so that the waits kept follow the groups placed,
 		// not the nodes they spread over.
-		sec := e.now.Sub(Origin.Add(job.Submit)).Seconds()
+		sec := e.now.Sub(e.waitFrom(job)).Seconds()
 		if n := len(e.waits); n > 0 && e.waits[n-1].sec == sec {
 			e.waits[n-1].count += int64(k)
 		} else {
@@ -757,8 +757,8 @@ func (e *engine) finish() (*Result, error) {
 			e.usedSec[2] += ran * float64(s.GPUs)
 		case instQueued:
 			// Instances that never started waited at least until the end.
-			if job := &e.w.Jobs[gr.job]; !gr.ran && !job.Preexisting {
-				e.waits = append(e.waits, waitCount{sec: max(e.now.Sub(Origin.Add(job.Submit)).Seconds(), 0), count: int64(gr.count)})
+			if job := &e.w.Jobs[gr.job]; !gr.ran && e.waited(job) {
+				e.waits = append(e.waits, waitCount{sec: max(e.now.Sub(e.waitFrom(job)).Seconds(), 0), count: int64(gr.count)})
 			}
 		}
 	}
@@ -877,8 +877,8 @@ func (e *engine) gangResults(r *Result) {
 	for j, st := range e.gangs {
 		job := &e.w.Jobs[j]
 		e.gangRunning(j, 0)
-		if !st.whole && !job.Preexisting {
-			e.gangWaits = append(e.gangWaits, waitCount{sec: max(e.now.Sub(Origin.Add(job.Submit)).Seconds(), 0), count: 1})
+		if !st.whole && e.waited(job) {
+			e.gangWaits = append(e.gangWaits, waitCount{sec: max(e.now.Sub(e.waitFrom(job)).Seconds(), 0), count: 1})
 		}
 	}
 	for j := e.nextJob; j < len(e.w.Jobs); j++ {

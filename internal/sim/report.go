@@ -79,7 +79,7 @@ func (r *Report) Notes() []string {
 		out = append(out, fmt.Sprintf("%s: not applicable: %s", sk.Policy, sk.Reason))
 	}
 	if wl.Preexisting > 0 {
-		out = append(out, fmt.Sprintf("%d jobs ran before the trace began: started on a warm pool, not counted in waits", wl.Preexisting))
+		out = append(out, fmt.Sprintf("%d jobs ran before the trace began: started on a pool warmed up before it; an instance of theirs still queued at the start waits from then on", wl.Preexisting))
 	}
 	out = append(out, fmt.Sprintf("lower bound (%s): capacity following demand exactly, no boot delay, jobs starting at submit, perfectly packed at every moment: %.1f node-hours, $%.2f, peak %d nodes; work alone needs %.1f node-hours (a bound for any schedule)",
 		b.Offering.Name(), b.NodeHours, b.Cost, b.PeakNodes, b.WorkNodeHours))

@@ -19,8 +19,9 @@ type Result struct {
 	Cost float64
 	// WaitP50, WaitP95 and WaitP99 are percentiles (nearest rank) of the
 	// instances' queue wait in seconds, from the job's submit to the
-	// instance's first start. An instance that never started counts as
-	// waiting until the end of the run. WaitMean is the mean.
+	// instance's first start (for the initial load, from the origin, when
+	// it was not running by then). An instance that never started counts
+	// as waiting until the end of the run. WaitMean is the mean.
 	WaitP50, WaitP95, WaitP99, WaitMean float64
 	// WaitCurve is the wait in seconds at each whole percentile from 0 to
 	// 100 (101 values; empty without instances), for the report's chart.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,8 +174,8 @@ pools:
 }
 
 // TestPreexistingWarmStart: jobs that ran before the trace began start on
-// a pool booted during the warm-up, count in no wait, and are billed from
-// the origin only.
+// a pool booted during the warm-up, count in no wait when they run by the
+// origin, and are billed from the origin only.
 func TestPreexistingWarmStart(t *testing.T) {
 	cfg := mustConfig(t, gpuPool)
 	pre := gpuJob(0, time.Hour, 8, 2)
@@ -189,6 +190,26 @@ func TestPreexistingWarmStart(t *testing.T) {
 	// 2 node-hours, and not the warm-up before the origin.
 	if r.NodeHours < 2 || r.NodeHours > 2.2 {
 		t.Errorf("node-hours = %v, want about 2 (warm-up not billed)", r.NodeHours)
+	}
+}
+
+// TestPreexistingLeftWaitingCounts: an instance of the initial load that a
+// pool does not run by the origin waited, from the origin on, like work
+// submitted then: a policy that leaves the initial load queued must not
+// look faster (or cheaper at the same waits) than one that runs it.
+func TestPreexistingLeftWaitingCounts(t *testing.T) {
+	cfg := mustConfig(t, strings.Replace(gpuPool, "nodes: [0, 50]", "nodes: [0, 1]", 1))
+	pre := gpuJob(0, time.Hour, 8, 2) // two 8-GPU instances, one node at most
+	pre.Preexisting = true
+	w := jobsWorkload(t, cfg, []trace.Job{pre})
+	r := mustRun(t, cfg, w, policy.Tide, 1)
+	// One instance runs from the warm-up (no wait); the other starts when
+	// it ends, an hour after the origin: the one wait counted.
+	if r.WaitP50 < 3600 || r.WaitP50 > 3630 || r.WaitMean != r.WaitP50 {
+		t.Errorf("waits p50 %v s, mean %v s; want the second instance's hour after the origin alone", r.WaitP50, r.WaitMean)
+	}
+	if r.Unfinished != 0 {
+		t.Errorf("%d unfinished", r.Unfinished)
 	}
 }
 
