@@ -156,6 +156,7 @@ func startShared(p SharedPlane) (*Cluster, error) {
 	}
 	c, err := up(state, p.Options)
 	if err != nil {
+		_ = exec.Command(script(), "down", state).Run() // what did start
 		_ = os.RemoveAll(state)
 		return nil, err
 	}
