@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -308,5 +309,31 @@ func TestWatchdogStopsAnOrphanedPlane(t *testing.T) {
 	}
 	if _, err := os.Stat(state); !os.IsNotExist(err) {
 		t.Fatalf("sweep left %s (%v)", state, err)
+	}
+}
+
+// otherTest is a second test asking for the plane while t holds it: its
+// Fatalf is recorded and ends its goroutine.
+type otherTest struct {
+	testing.TB
+	fatal string
+}
+
+func (o *otherTest) Name() string { return "TestOther" }
+func (o *otherTest) Fatalf(format string, args ...any) {
+	o.fatal = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// TestSharedRefusesASecondUser: a test asking for the shared plane while
+// another holds it (t.Parallel) fails, naming the holder.
+func TestSharedRefusesASecondUser(t *testing.T) {
+	Shared(t)
+	o := &otherTest{TB: t}
+	done := make(chan struct{})
+	go func() { defer close(done); Shared(o) }()
+	<-done
+	if !strings.Contains(o.fatal, "TestSharedRefusesASecondUser's while it runs") {
+		t.Fatalf("a second user of the plane: %q, want a failure naming the holder", o.fatal)
 	}
 }

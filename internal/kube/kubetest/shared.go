@@ -36,7 +36,8 @@ var shared struct {
 	declared bool
 	plane    SharedPlane
 	c        *Cluster
-	err      error // why the plane could not start (every later Shared fails with it)
+	err      error  // why the plane could not start (every later Shared fails with it)
+	holder   string // the test using the plane now
 }
 
 // Main runs a test package's tests with plane as their shared control
@@ -112,11 +113,22 @@ func Shared(t testing.TB) *Cluster {
 			t.Logf("started the shared control plane in %v", time.Since(began).Round(time.Millisecond))
 		}
 	}
-	c, err := shared.c, shared.err
+	c, err, holder := shared.c, shared.err, shared.holder
+	if err == nil && holder == "" {
+		shared.holder = t.Name()
+	}
 	shared.mu.Unlock()
 	if err != nil {
 		t.Fatalf("the shared control plane: %v", err)
 	}
+	if holder != "" {
+		t.Fatalf("the shared control plane is %s's while it runs: tests on it must not run in parallel (t.Parallel) nor nest", holder)
+	}
+	t.Cleanup(func() {
+		shared.mu.Lock()
+		shared.holder = ""
+		shared.mu.Unlock()
+	})
 	t.Cleanup(func() {
 		if t.Failed() {
 			c.logTails(t)
