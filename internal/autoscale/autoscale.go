@@ -53,7 +53,7 @@ type holder interface {
 // booter is a Target that knows the machines launched and not joined yet
 // (controller.Controller), for the policy's purchase.
 type booter interface {
-	Booting() []capacity.Resources
+	Booting() []string
 }
 
 // Event is one thing worth telling a person: a decision or a reason not to

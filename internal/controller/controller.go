@@ -653,22 +653,17 @@ func (c *Controller) Held() policy.Held {
 	return h
 }
 
-// Booting returns the resources of the machines launched and not joined
-// as of the last pass, one entry each (the offering each was launched as;
-// a machine being drained or replaced is not booting): what the policy's
-// purchase may count on to join. Empty, not nil, when none boots. Safe for
-// concurrent use.
-func (c *Controller) Booting() []capacity.Resources {
+// Booting returns the offering name of each machine launched and not
+// joined as of the last pass (a machine being drained or replaced is not
+// booting): what the policy's purchase may count on to join. Empty, not
+// nil, when none boots. Safe for concurrent use.
+func (c *Controller) Booting() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := []capacity.Resources{}
+	out := []string{}
 	for i := range c.shown {
-		n := &c.shown[i]
-		if n.MachineID == "" || n.Joined || n.Draining || n.Replacing != "" {
-			continue
-		}
-		if j := slices.IndexFunc(c.offerings, func(o capacity.Offering) bool { return o.Name() == n.Offering }); j >= 0 {
-			out = append(out, c.offerings[j].Resources)
+		if n := &c.shown[i]; n.MachineID != "" && !n.Joined && !n.Draining && n.Replacing == "" {
+			out = append(out, n.Offering)
 		}
 	}
 	return out

@@ -9,9 +9,9 @@ import (
 
 // TestHeldCountsBootingMachines: Held sums the offering of every machine
 // the controller holds, those still booting included, so a pool limit
-// counts a purchase from the moment its machines are created. Booting lists
-// the machines created and not joined, each with its offering's resources,
-// and is empty (not nil) once they joined.
+// counts a purchase from the moment its machines are created. Booting names
+// the offering of each machine created and not joined, and is empty (not
+// nil) once they joined.
 func TestHeldCountsBootingMachines(t *testing.T) {
 	e := newEnv(t, setup{})
 	if h := e.ctl.Held(); h.Nodes != 0 || h.CostPerHour != 0 {
@@ -32,8 +32,8 @@ func TestHeldCountsBootingMachines(t *testing.T) {
 	if booting.Nodes != 3 {
 		t.Fatalf("held while booting %+v, want the 3 machines", booting)
 	}
-	if len(launched) != 3 || !launched[0].Equal(want.Resources) {
-		t.Fatalf("booting %v, want 3 x %s", launched, want.Resources)
+	if len(launched) != 3 || launched[0] != want.Name() {
+		t.Fatalf("booting %v, want 3 x %s", launched, want.Name())
 	}
 	if b := e.ctl.Booting(); b == nil || len(b) != 0 {
 		t.Fatalf("booting after the joins: %v, want none (not nil)", b)

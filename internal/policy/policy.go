@@ -63,12 +63,14 @@ type Input struct {
 	// Held is what the pool's machines add up to (the controller's, for
 	// Config.Limits); nil: estimated from the report's nodes.
 	Held *Held
-	// Booting are the resources of the machines launched for the pool
-	// that have not joined yet, one entry each (the controller's: the
-	// nodes a policy bought that are still booting, and replacements).
-	// Nil: not known; the tide policy then assumes that the nodes asked
-	// for and not joined can host what they were asked for.
-	Booting []capacity.Resources
+	// Booting names the offering (capacity.Offering.Name) of each machine
+	// launched for the pool that has not joined yet (the controller's: the
+	// nodes a policy bought that are still booting, and replacements); the
+	// policy reads what each provides from its own Config.Offerings, so
+	// that what a driver adds to them (Kubernetes mode's placement slots)
+	// counts. Nil: not known; the tide policy then assumes that the nodes
+	// asked for and not joined can host what they were asked for.
+	Booting []string
 }
 
 // Decision is a policy's answer.

@@ -287,9 +287,17 @@ func (p *tidePolicy) beyondBooting(in *Input, v *tideView, newNodes int, free []
 	if len(in.Booting) == 0 || newNodes == 0 {
 		return 0, binpack.Purchase{}
 	}
+	booting := make([]capacity.Resources, 0, len(in.Booting))
+	for _, name := range in.Booting {
+		i := slices.IndexFunc(offs, func(o capacity.Offering) bool { return o.Name() == name })
+		if i < 0 {
+			return 0, binpack.Purchase{} // an offering the policy does not know: it cannot tell
+		}
+		booting = append(booting, offs[i].Resources) // daemons already taken off
+	}
 	var orphans []capacity.Pending
 	for _, g := range pending {
-		if !slices.ContainsFunc(in.Booting, func(b capacity.Resources) bool { return g.Requests.Fits(b.Sub(v.daemons)) }) {
+		if !slices.ContainsFunc(booting, func(b capacity.Resources) bool { return g.Requests.Fits(b) }) {
 			orphans = append(orphans, g)
 		}
 	}

@@ -61,24 +61,28 @@ func TestTideCountsAreArithmetic(t *testing.T) {
 // backlog only as far as they can host it. A c4 replacement booting (Input.Booting)
 // holds no 8-GPU task, so the task gets a g8 node now rather than a boot later,
 // when the c4 has joined and still cannot run it; a g8 booting does hold it;
-// without Input.Booting the policy counts the nodes asked for, as before.
+// without Input.Booting, or with an offering the policy does not know, the
+// policy counts the nodes asked for, as before. What a booting machine
+// provides is read from the policy's own offerings: a slot that Kubernetes
+// mode adds to them (TestTideBootingNodesProvideTheirSlots) counts.
 func TestTideCountsOnlyBootingNodesThatFit(t *testing.T) {
 	gpuTask := capacity.Resources{MilliCPU: 3000, Memory: 16 * ttGi, GPUs: 8}
 	offs := []capacity.Offering{tideOD, tideGPU}
 	cfg := tideConfig(t, capacity.Elastic(0, 20), offs)
 	tests := []struct {
 		name    string
-		booting []capacity.Resources
+		booting []string
 		desired int
 		want    int
 		launch  string // the offering of the launch, "" for none
 	}{
 		{"booting unknown: the node asked for counts", nil, 3, 3, ""},
-		{"a c4 booting cannot host it", []capacity.Resources{tideC4}, 3, 4, tideGPU.Name()},
-		{"a g8 booting hosts it", []capacity.Resources{tideGPU.Resources}, 3, 3, ""},
-		{"nothing booting, one asked for and not launched", []capacity.Resources{}, 3, 3, ""},
-		{"two c4 booting, one g8 not launched yet", []capacity.Resources{tideC4, tideC4}, 5, 5, ""},
-		{"a c4 and a g8 booting", []capacity.Resources{tideC4, tideGPU.Resources}, 4, 4, ""},
+		{"a c4 booting cannot host it", []string{tideOD.Name()}, 3, 4, tideGPU.Name()},
+		{"a g8 booting hosts it", []string{tideGPU.Name()}, 3, 3, ""},
+		{"nothing booting, one asked for and not launched", []string{}, 3, 3, ""},
+		{"two c4 booting, one g8 not launched yet", []string{tideOD.Name(), tideOD.Name()}, 5, 5, ""},
+		{"a c4 and a g8 booting", []string{tideOD.Name(), tideGPU.Name()}, 4, 4, ""},
+		{"an offering the policy does not know", []string{"x1/on-demand"}, 3, 3, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,5 +103,28 @@ func TestTideCountsOnlyBootingNodesThatFit(t *testing.T) {
 				t.Errorf("launch %q, want %q", got, tc.launch)
 			}
 		})
+	}
+}
+
+// TestTideBootingNodesProvideTheirSlots: Kubernetes mode adds placement slots
+// to a pool's offerings (an extended resource per node, e.g. one pod of an
+// anti-affinity group per hostname); a booting machine provides the slots of
+// the policy's offering of its name, so a pod that needs one waits for it
+// rather than buying a node more on every decision.
+func TestTideBootingNodesProvideTheirSlots(t *testing.T) {
+	slotted := tideOD
+	slotted.Resources = slotted.Resources.Clone()
+	slotted.Resources.Extended = map[string]int64{"slot.tide.dev/spread": 1}
+	cfg := tideConfig(t, capacity.Elastic(0, 20), []capacity.Offering{slotted, tideGPU})
+	pod := tideTask.Clone()
+	pod.Extended = map[string]int64{"slot.tide.dev/spread": 1}
+	in := Input{Now: tideT0, State: waited, Desired: 3, Booting: []string{slotted.Name()},
+		Pressure: capacity.Pressure{Nodes: tideFullNodes(2), Pending: []capacity.Pending{tidePending(pod, 1)}}}
+	if d := NewTide(cfg).Decide(in); d.Desired != 3 {
+		t.Fatalf("desired %d, want 3: the booting node holds the pod and its slot (%s)", d.Desired, d.Reason)
+	}
+	in.Pressure.Pending = []capacity.Pending{tidePending(pod, 2)} // two slots: the booting node holds one
+	if d := NewTide(cfg).Decide(in); d.Desired != 4 {
+		t.Fatalf("desired %d, want 4: one node more for the second slot (%s)", d.Desired, d.Reason)
 	}
 }
