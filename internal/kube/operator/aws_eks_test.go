@@ -14,10 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kfake "k8s.io/client-go/kubernetes/fake"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/kube/kubeapi"
 	"github.com/tide-project/tide/internal/kube/kubelet"
 	"github.com/tide-project/tide/internal/kube/nodepool"
 	"github.com/tide-project/tide/internal/provider/aws"
@@ -45,11 +42,7 @@ func TestAWSEKSUserData(t *testing.T) {
 
 	kc := kfake.NewClientset()
 	ca := testCA(t)
-	o, err := New(Config{Client: crfake.NewClientBuilder().Build(), API: kubeapi.NewClientset(kc), Namespace: "tide-system",
-		Kube: kc, Join: NodeJoin{Server: "https://10.0.0.1:6443"}, Clock: clock.Real{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := fakeOperator(t, kc, nil)
 	const endpoint = "https://0123ABCD.gr7.us-east-1.eks.amazonaws.com"
 	np, err := nodepool.Parse("eks", []byte(`{"nodes":{"min":0,"max":4},
 	  "provider":{"type":"aws","options":{"name":"kube-eks-`+time.Now().Format("150405.000000")+`","endpoint":"`+moto.URL+`",

@@ -15,10 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kfake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/tide-project/tide/internal/clock"
-	"github.com/tide-project/tide/internal/kube/kubeapi"
 	"github.com/tide-project/tide/internal/kube/nodeagent"
 	"github.com/tide-project/tide/internal/kube/nodepool"
 	tideprovider "github.com/tide-project/tide/internal/provider"
@@ -53,11 +50,7 @@ func TestAWSUserDataIsTheMachinesJoin(t *testing.T) {
 		}
 		return true, &authv1.TokenRequest{Status: authv1.TokenRequestStatus{Token: "token-of-" + name}}, nil
 	})
-	o, err := New(Config{Client: crfake.NewClientBuilder().Build(), API: kubeapi.NewClientset(kc), Namespace: "tide-system",
-		Kube: kc, Join: NodeJoin{Server: "https://10.0.0.1:6443"}, Clock: clock.Real{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := fakeOperator(t, kc, nil)
 	np, err := nodepool.Parse("ec2", []byte(`{"nodes":{"min":0,"max":4},
 	  "provider":{"type":"aws","options":{"name":"kube-join-`+time.Now().Format("150405.000000")+`","endpoint":"`+moto.URL+`",
 	    "image_id":"ami-03cf127a","instance_types":["m5.large"],"capacity":["on-demand"],"max_backoff":"20ms",

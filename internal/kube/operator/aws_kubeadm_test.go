@@ -57,11 +57,7 @@ func TestAWSKubeadmUserData(t *testing.T) {
 		}
 	}
 	ca := testCA(t)
-	o, err := New(Config{Client: crfake.NewClientBuilder().Build(), API: kubeapi.NewClientset(kc), Namespace: "tide-system",
-		Kube: kc, Join: NodeJoin{Server: "https://10.0.0.1:6443", CA: ca}, Clock: clock.Real{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := fakeOperator(t, kc, ca)
 	np, err := nodepool.Parse("ec2", []byte(`{"nodes":{"min":0,"max":4},
 	  "provider":{"type":"aws","options":{"name":"kube-kubeadm-`+time.Now().Format("150405.000000")+`","endpoint":"`+moto.URL+`",
 	    "image_id":"ami-03cf127a","instance_types":["m5.large"],"capacity":["on-demand"],"max_backoff":"20ms"}},
@@ -164,6 +160,19 @@ func TestAWSKubeadmUserData(t *testing.T) {
 	if _, err := kc.CoreV1().Secrets("kube-system").Get(ctx, bootstrapSecretName("ec2", "k-2"), metav1.GetOptions{}); err != nil {
 		t.Errorf("k-2's bootstrap token went with k-1: %v", err)
 	}
+}
+
+// fakeOperator returns an operator on the fake clientset kc (namespace
+// tide-system, real time) whose machines join https://10.0.0.1:6443 with
+// the cluster CA ca (nil: none given).
+func fakeOperator(t *testing.T, kc *kfake.Clientset, ca []byte) *Operator {
+	t.Helper()
+	o, err := New(Config{Client: crfake.NewClientBuilder().Build(), API: kubeapi.NewClientset(kc), Namespace: "tide-system",
+		Kube: kc, Join: NodeJoin{Server: "https://10.0.0.1:6443", CA: ca}, Clock: clock.Real{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
 
 // testCA returns a self-signed CA certificate (PEM).
