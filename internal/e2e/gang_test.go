@@ -240,41 +240,50 @@ func TestPriorityPreemptsOnRealWorkers(t *testing.T) {
 	}
 }
 
+// startHeadWithPools starts the head with the pool configuration yaml.
+func (cl *cluster) startHeadWithPools(yaml string) {
+	cl.t.Helper()
+	conf := filepath.Join(cl.dir, "pools.yaml")
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		cl.t.Fatal(err)
+	}
+	cl.headArgs = []string{"--config", conf}
+	cl.startHead()
+}
+
+// pool returns the head's view of the pool name, failing the test when the
+// head does not list it.
+func (cl *cluster) pool(name string) httpapi.PoolJSON {
+	cl.t.Helper()
+	ps, err := cl.c.Pools(context.Background())
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.Name == name {
+			return p
+		}
+	}
+	cl.t.Fatalf("pool %s not listed", name)
+	return httpapi.PoolJSON{}
+}
+
 // TestGangFailsWholeWithoutNodes: a local-provider pool of at most 2
 // one-core nodes cannot give a gang of 3 one-core instances: no node is
 // bought for it at any time, and once its max_wait passed it fails whole
 // with the reason. A gang of 2 then gets both its nodes in one scale-up
 // (the desired count goes from 0 to 2, never 1) and runs whole.
 func TestGangFailsWholeWithoutNodes(t *testing.T) {
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "pools.yaml")
-	if err := os.WriteFile(conf, []byte(`pools:
+	cl := newCluster(t)
+	cl.startHeadWithPools(`pools:
   - name: gp
     provider: {type: local}
     nodes: [0, 2]
     offerings:
       - {type: local-1cpu, cpu: 1, memory: 256Mi, price: 1}
     scaling: {policy: tide, idle_timeout: 2s, batch_window: 200ms, reconcile_interval: 250ms}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cl := newCluster(t)
-	cl.headArgs = []string{"--config", conf}
-	cl.startHead()
-	ctx := context.Background()
-	pool := func() httpapi.PoolJSON {
-		ps, err := cl.c.Pools(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range ps {
-			if p.Name == "gp" {
-				return p
-			}
-		}
-		t.Fatal("pool gp not listed")
-		return httpapi.PoolJSON{}
-	}
+`)
+	pool := func() httpapi.PoolJSON { return cl.pool("gp") }
 	out := filepath.Join(cl.dir, "gangs.txt")
 	big := cl.submitGang(gangSpec{cmd: fmt.Sprintf(gangCmd, out, "1"), cpu: 1, replicas: 3, pool: "gp",
 		gang: &httpapi.GangRequest{Name: "big", MaxWait: "4s"}})
@@ -335,35 +344,17 @@ func TestGangFailsWholeWithoutNodes(t *testing.T) {
 // is left with no machine but tombstones, the pool's min being 0) well
 // before they would have joined. No member ever runs.
 func TestGangFailsWholeWhenTheProviderIsSlow(t *testing.T) {
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "pools.yaml")
-	if err := os.WriteFile(conf, []byte(`pools:
+	cl := newCluster(t)
+	cl.startHeadWithPools(`pools:
   - name: slow
     provider: {type: local, options: {start_delay: 30s}}
     nodes: [0, 4]
     offerings:
       - {type: local-1cpu, cpu: 1, memory: 256Mi, price: 1}
     scaling: {policy: tide, idle_timeout: 2s, batch_window: 200ms, reconcile_interval: 250ms}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cl := newCluster(t)
-	cl.headArgs = []string{"--config", conf}
-	cl.startHead()
+`)
 	ctx := context.Background()
-	pool := func() httpapi.PoolJSON {
-		ps, err := cl.c.Pools(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range ps {
-			if p.Name == "slow" {
-				return p
-			}
-		}
-		t.Fatal("pool slow not listed")
-		return httpapi.PoolJSON{}
-	}
+	pool := func() httpapi.PoolJSON { return cl.pool("slow") }
 	// Every poll: no member ever placed, no worker ever registered.
 	noRun := func(ids []string) {
 		for _, id := range ids {
