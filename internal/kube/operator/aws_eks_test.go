@@ -90,15 +90,7 @@ func TestAWSEKSUserData(t *testing.T) {
 			t.Fatalf("Create %s: %v", id, err)
 		}
 		in := instance(id)
-		attr, err := ec.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{
-			InstanceId: in.InstanceId, Attribute: types.InstanceAttributeNameUserData})
-		if err != nil || attr.UserData == nil {
-			t.Fatalf("user data of %s: %v", id, err)
-		}
-		ud, err := base64.StdEncoding.DecodeString(awssdk.ToString(attr.UserData.Value))
-		if err != nil {
-			t.Fatal(err)
-		}
+		ud := userData(ctx, t, ec, in.InstanceId)
 		if !strings.HasPrefix(string(ud), "MIME-Version: 1.0\n") {
 			t.Fatalf("user data of %s is not MIME multipart:\n%s", id, ud)
 		}

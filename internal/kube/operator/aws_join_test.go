@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"encoding/base64"
 	"testing"
 	"time"
 
@@ -94,15 +93,7 @@ func TestAWSUserDataIsTheMachinesJoin(t *testing.T) {
 		if err != nil || len(out.Reservations) != 1 || len(out.Reservations[0].Instances) != 1 {
 			t.Fatalf("instances of %s: %+v %v", id, out, err)
 		}
-		attr, err := ec.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{
-			InstanceId: out.Reservations[0].Instances[0].InstanceId, Attribute: types.InstanceAttributeNameUserData})
-		if err != nil || attr.UserData == nil {
-			t.Fatalf("user data of %s: %v", id, err)
-		}
-		script, err := base64.StdEncoding.DecodeString(awssdk.ToString(attr.UserData.Value))
-		if err != nil {
-			t.Fatal(err)
-		}
+		script := userData(ctx, t, ec, out.Reservations[0].Instances[0].InstanceId)
 		blob, err := tideprovider.BootScriptBlob(script)
 		if err != nil {
 			t.Fatalf("user data of %s: %v\n%s", id, err, script)

@@ -100,15 +100,7 @@ func TestAWSKubeadmUserData(t *testing.T) {
 		if err != nil || len(out.Reservations) != 1 || len(out.Reservations[0].Instances) != 1 {
 			t.Fatalf("instances of %s: %+v %v", id, out, err)
 		}
-		attr, err := ec.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{
-			InstanceId: out.Reservations[0].Instances[0].InstanceId, Attribute: types.InstanceAttributeNameUserData})
-		if err != nil || attr.UserData == nil {
-			t.Fatalf("user data of %s: %v", id, err)
-		}
-		script, err := base64.StdEncoding.DecodeString(awssdk.ToString(attr.UserData.Value))
-		if err != nil {
-			t.Fatal(err)
-		}
+		script := userData(ctx, t, ec, out.Reservations[0].Instances[0].InstanceId)
 		s := string(script)
 		start, end := strings.Index(s, "<<'TIDE_JOIN'\n"), strings.LastIndex(s, "TIDE_JOIN\nexec kubeadm join --config "+kubelet.KubeadmJoinPath)
 		if !strings.HasPrefix(s, "#!/bin/sh\n") || start < 0 || end < start {
@@ -173,6 +165,21 @@ func fakeOperator(t *testing.T, kc *kfake.Clientset, ca []byte) *Operator {
 		t.Fatal(err)
 	}
 	return o
+}
+
+// userData returns the user data moto keeps for the instance id, decoded.
+func userData(ctx context.Context, t *testing.T, ec *ec2.Client, id *string) []byte {
+	t.Helper()
+	attr, err := ec.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{
+		InstanceId: id, Attribute: types.InstanceAttributeNameUserData})
+	if err != nil || attr.UserData == nil {
+		t.Fatalf("user data of %s: %v", awssdk.ToString(id), err)
+	}
+	ud, err := base64.StdEncoding.DecodeString(awssdk.ToString(attr.UserData.Value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ud
 }
 
 // testCA returns a self-signed CA certificate (PEM).
