@@ -138,9 +138,13 @@ func has(list []string, s string) bool {
 	return false
 }
 
-// objects lists every object of the types, by its metadata only, four
-// lists at a time.
-func (c *Cluster) objects(types []resourceType) ([]object, error) {
+// objects lists every object of every resource type the apiserver serves
+// (resources), by its metadata only, four lists at a time.
+func (c *Cluster) objects() ([]object, error) {
+	types, err := c.resources()
+	if err != nil {
+		return nil, err
+	}
 	var (
 		mu   sync.Mutex
 		out  []object
@@ -214,11 +218,7 @@ func (c *Cluster) list(typ resourceType) ([]object, error) {
 
 // snapshot records the cluster's objects as its pristine state.
 func (c *Cluster) snapshot() error {
-	types, err := c.resources()
-	if err != nil {
-		return err
-	}
-	objs, err := c.objects(types)
+	objs, err := c.objects()
 	if err != nil {
 		return err
 	}
@@ -310,11 +310,7 @@ func (c *Cluster) Reset() error {
 	stripped := map[string]bool{} // the finalizers removed, by uid
 	var errs []string             // the last pass's failed requests
 	for pass := 0; ; pass++ {
-		types, err := c.resources()
-		if err != nil {
-			return err
-		}
-		objs, err := c.objects(types)
+		objs, err := c.objects()
 		if err != nil {
 			return err
 		}
