@@ -279,6 +279,9 @@ func printDecision(w io.Writer, r decide.Result) error {
 		if f.Finishing > 0 {
 			fmt.Fprintf(tw, "counted on\t%d running instances finishing before a new node could join (prefer)\n", f.Finishing)
 		}
+		if f.FleetShaped {
+			fmt.Fprintf(tw, "offerings\tthose of the cheapest fleet for all the pool's work (running and waiting)\n")
+		}
 		if buy := f.Purchase(); buy != "" {
 			fmt.Fprintf(tw, "purchase\t%s\n", buy)
 		}

@@ -43,3 +43,35 @@ func TestDecideShowsThePurchaseGap(t *testing.T) {
 		t.Fatalf("exit %d: %s\n%s", code, errs, out)
 	}
 }
+
+// TestDecideSaysThePurchaseKeepsToTheFleet: a pool of a 4-core and a 16-core
+// offering, 4 one-core tasks running on a c4 and 12 waiting. The 12 alone
+// are cheapest on 3 c4 ($0.60/h), all 16 on one c16 ($0.70/h, 17 % more than
+// the 3 c4): tide buys the c16 and says why.
+func TestDecideSaysThePurchaseKeepsToTheFleet(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "pool.yaml", `pools:
+  - name: cpu
+    provider: {type: sim}
+    nodes: [0, 20]
+    offerings:
+      - {type: c4, cpu: 4, memory: 16Gi, price: 0.20}
+      - {type: c16, cpu: 16, memory: 64Gi, price: 0.70}
+    scaling: {policy: tide}
+`)
+	snap := writeFile(t, dir, "snap.json", `{
+  "time": "2026-01-01T00:01:00Z",
+  "desired": 1,
+  "state": {"pending_since": "2026-01-01T00:00:00Z"},
+  "nodes": [{"id": "n0", "resources": {"cpu": "4", "memory": "16Gi"}, "running": [{"requests": {"cpu": "4", "memory": "4Gi"}, "count": 4}]}],
+  "pending": [{"requests": {"cpu": "1", "memory": "1Gi"}, "count": 12}]
+}`)
+	code, out, errs := run(t, "", "decide", "--config", cfg, "--snapshot", snap)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "buys 1 x c16/on-demand for $0.70/h") ||
+		!strings.Contains(out, "those of the cheapest fleet for all the pool's work") {
+		t.Fatalf("output:\n%s", out)
+	}
+}

@@ -254,6 +254,11 @@ type TideFigures struct {
 	// finish before a new node could join (Turnover, Config.Prefer); their
 	// room held that much of the backlog.
 	Finishing int `json:"finishing,omitempty"`
+	// FleetShaped is set when Mix keeps to the offerings of the cheapest
+	// fleet for all the pool's work, running and waiting (a pool of several
+	// offerings), at most 25 % dearer than the cheapest purchase for the
+	// backlog alone.
+	FleetShaped bool `json:"fleet_shaped,omitempty"`
 }
 
 // OfferingCount is a number of nodes of one offering.

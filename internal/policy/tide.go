@@ -20,7 +20,9 @@ const CodeBatching = "batching"
 //	backlog younger than BatchWindow      → batching: desired unchanged
 //	backlog                               → pack it (binpack.Pack) into the free space of
 //	                                        unmarked nodes, then onto new nodes of the cheapest
-//	                                        mix by effective cost; desired = unmarked nodes +
+//	                                        mix by effective cost (kept to the offerings of the
+//	                                        cheapest fleet for all the pool's work when that
+//	                                        costs at most 25 % more: fleetShaped); desired = unmarked nodes +
 //	                                        new nodes + spare nodes for Headroom or the burst
 //	                                        spare, whichever is more (never lowered while a
 //	                                        backlog waits), clamped to max; the nodes
@@ -186,7 +188,9 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int, turnover *Turno
 			offs[i] = o
 		}
 	}
-	res := binpack.Buy(pending, offs, binpack.BuyOptions{Free: free, MaxNodes: -1, Limit: tideLimits(cfg.Offerings, in.Unavailable)})
+	limit := tideLimits(cfg.Offerings, in.Unavailable)
+	res := binpack.Buy(pending, offs, binpack.BuyOptions{Free: free, MaxNodes: -1, Limit: limit})
+	res, shaped := fleetShaped(nodes, v.nodes, pending, offs, free, limit, res)
 
 	// Empty nodes that the backlog leaves empty are spare capacity already.
 	stillEmpty := 0
@@ -215,11 +219,11 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int, turnover *Turno
 	if need > cfg.Nodes.Max {
 		// Buy only what max allows: repack with a cap, so that the mix is
 		// what will really be launched.
-		res = binpack.Buy(pending, offs, binpack.BuyOptions{Free: free, MaxNodes: max(cfg.Nodes.Max-v.unmarked, 0),
-			Limit: tideLimits(cfg.Offerings, in.Unavailable)})
+		res = binpack.Buy(pending, offs, binpack.BuyOptions{Free: free, MaxNodes: max(cfg.Nodes.Max-v.unmarked, 0), Limit: limit})
+		shaped = false
 	}
 	fig := &TideFigures{Mix: tideMix(&res, cfg.Offerings), Cost: res.Cost, Idle: idle, Nodes: res.Nodes, Method: res.Method,
-		Finishing: int(finishing)}
+		Finishing: int(finishing), FleetShaped: shaped}
 	if g := res.Gap(); res.HasBound && !math.IsInf(g, 0) && !math.IsNaN(g) {
 		fig.Bound, fig.Gap = res.Bound, g
 		fig.HasBound = true
