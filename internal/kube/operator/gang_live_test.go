@@ -49,7 +49,8 @@ func TestLiveGangOneScaleUp(t *testing.T) {
 	kubetest.Eventually(t, 2*time.Minute, func() (bool, string) {
 		watch()
 		r, n := l.runningPods(t, "default", "app=train")
-		return r == 4, fmt.Sprintf("%d of %d pods running, %d Nodes, targets %v", r, n, len(l.poolNodes(t, "gang")), targets)
+		return r == 4, fmt.Sprintf("%d of %d pods running, %d Nodes, targets %v; not running: %s", r, n, len(l.poolNodes(t, "gang")), targets,
+			l.notRunning(t, "default", "app=train"))
 	})
 	if got := len(l.poolNodes(t, "gang")); got != 4 {
 		t.Fatalf("%d Nodes for a gang of four 6-GPU pods, want 4", got)
