@@ -2,6 +2,7 @@ package policy
 
 import (
 	"slices"
+	"strconv"
 
 	"github.com/tide-project/tide/internal/binpack"
 	"github.com/tide-project/tide/internal/capacity"
@@ -68,10 +69,14 @@ func fleetShaped(nodes []capacity.Node, unmarked []int, pending []capacity.Pendi
 }
 
 // runningGroups returns the non-daemon work running on nodes[i] for i in
-// idx as groups of identical requests, in the order first seen.
+// idx as groups of identical requests, in the order first seen. Shapes are
+// found by key (a map lookup per instance), so a pool of many pods with
+// extended resources (Kubernetes mode's slots and devices) costs no more
+// than one without.
 func runningGroups(nodes []capacity.Node, idx []int) []capacity.Pending {
 	var out []capacity.Pending
-	plain := map[[3]int64]int{} // index into out of a shape without extended resources
+	plain := map[[3]int64]int{}  // index into out of a shape without extended resources
+	extended := map[string]int{} // and of one with, by extendedKey
 	for _, i := range idx {
 		for j := range nodes[i].Running {
 			in := &nodes[i].Running[j]
@@ -79,18 +84,17 @@ func runningGroups(nodes []capacity.Node, idx []int) []capacity.Pending {
 				continue
 			}
 			r := in.Each()
-			g := -1
-			if len(r.Extended) == 0 {
+			var g int
+			var ok bool
+			if k := extendedKey(r); k == "" {
 				k := [3]int64{r.MilliCPU, r.Memory, r.GPUs}
-				if x, ok := plain[k]; ok {
-					g = x
-				} else {
+				if g, ok = plain[k]; !ok {
 					plain[k] = len(out)
 				}
-			} else {
-				g = slices.IndexFunc(out, func(p capacity.Pending) bool { return p.Requests.Equal(r) })
+			} else if g, ok = extended[k]; !ok {
+				extended[k] = len(out)
 			}
-			if g >= 0 {
+			if ok {
 				out[g].Count += in.Instances()
 				continue
 			}
@@ -98,4 +102,32 @@ func runningGroups(nodes []capacity.Node, idx []int) []capacity.Pending {
 		}
 	}
 	return out
+}
+
+// extendedKey names r's amounts, extended resources included, in one
+// string (names sorted; a zero amount left out, as Resources.Equal ignores
+// it); "" when r has no extended resource.
+func extendedKey(r capacity.Resources) string {
+	var names []string
+	for k, v := range r.Extended {
+		if v != 0 {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	slices.Sort(names)
+	b := strconv.AppendInt(nil, r.MilliCPU, 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, r.Memory, 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, r.GPUs, 10)
+	for _, k := range names {
+		b = append(b, '/')
+		b = append(b, k...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, r.Extended[k], 10)
+	}
+	return string(b)
 }

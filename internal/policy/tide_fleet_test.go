@@ -53,17 +53,19 @@ func TestTideBuysOnTheFleetsOfferings(t *testing.T) {
 
 // TestRunningGroups: the work running on the listed nodes, daemons left
 // out, counted per shape (an entry standing for several instances counts
-// as many; extended resources tell shapes apart).
+// as many; extended resources tell shapes apart, a zero amount does not).
 func TestRunningGroups(t *testing.T) {
 	fpga := capacity.Resources{MilliCPU: 900, Memory: 2 * ttGi, Extended: map[string]int64{"fpga": 1}}
 	nodes := []capacity.Node{
-		tideNode("a", 2),
+		tideNode("a", 1),
+		{ID: "e", Running: []capacity.Instance{{Requests: capacity.Resources{MilliCPU: 900, Memory: 2 * ttGi, Extended: map[string]int64{"slot": 0}}}}},
 		{ID: "b", Running: []capacity.Instance{ttDaemon, {Requests: tideTask.Scale(3), Count: 3}, {Requests: fpga}}},
 		tideNode("c", 4), // not listed: marked, say
-		{ID: "d", Running: []capacity.Instance{{Requests: fpga}, {Requests: fpga.Scale(2), Count: 2}}},
+		{ID: "d", Running: []capacity.Instance{{Requests: fpga}, {Requests: fpga.Scale(2), Count: 2},
+			{Requests: capacity.Resources{MilliCPU: 900, Memory: 2 * ttGi, Extended: map[string]int64{"fpga": 1, "slot": 0}}}}},
 	}
-	got := runningGroups(nodes, []int{0, 1, 3})
-	if len(got) != 2 || !got[0].Requests.Equal(tideTask) || got[0].Count != 5 || !got[1].Requests.Equal(fpga) || got[1].Count != 4 {
-		t.Fatalf("groups %+v, want 5 tasks and 4 fpga instances", got)
+	got := runningGroups(nodes, []int{0, 1, 2, 4})
+	if len(got) != 2 || !got[0].Requests.Equal(tideTask) || got[0].Count != 5 || !got[1].Requests.Equal(fpga) || got[1].Count != 5 {
+		t.Fatalf("groups %+v, want 5 tasks and 5 fpga instances", got)
 	}
 }
