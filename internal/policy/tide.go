@@ -238,6 +238,7 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int, turnover *Turno
 		desired = need
 		res = rest
 		fig.Mix, fig.Cost, fig.Nodes, fig.Method = tideMix(&res, cfg.Offerings), res.Cost, res.Nodes, res.Method
+		fig.FleetShaped = false // rest is bought for the shapes the booting machines cannot hold, unshaped
 		launch = tideLaunches(&res, offs, cfg.Offerings, 0, pending)
 	}
 
