@@ -27,7 +27,12 @@ import (
 // size of the average finished instance (a piece of 1 GPU holds no
 // 8-GPU instance). The boot is the time from the latest purchase before
 // a node's join to the join (shorter than the boot when purchases
-// overlap, so the credit errs small). Nothing is counted before a join
+// overlap, so the credit errs small); once every node asked for has
+// joined, the purchases are forgotten, so that a node joining later
+// without a purchase (a spot node's replacement) is no sample: counted
+// from the last purchase, such joins had put the boot at 4–13 minutes on
+// pools that boot in 40 s, and a backlog waited for completions over that
+// span (docs/benchmarks.md, "Scaling quality XI"). Nothing is counted before a join
 // was seen, from a reporter without the counters (Kubernetes mode), or
 // for a backlog with a gang (a gang needs its room at once).
 type Turnover struct {
@@ -74,6 +79,13 @@ func (t Turnover) observe(in *Input) Turnover {
 			}
 		}
 	}
+	if t.Buys[0] != (time.Time{}) && joinedAll(in) {
+		// Every node asked for has joined: the purchases are served. A
+		// join without a purchase after it replaces a node (a spot node
+		// relaunched, a boot that failed and was retried) and says
+		// nothing of how long a purchase takes.
+		t.Buys = [len(t.Buys)]time.Time{}
+	}
 	var freed [3]float64
 	addRequests(&freed, in.Pressure.FinishedRequests)
 	finished := in.Pressure.Finished
@@ -94,6 +106,18 @@ func (t Turnover) observe(in *Input) Turnover {
 	}
 	t.At, t.Finished, t.Freed = in.Now, finished, freed
 	return t
+}
+
+// joinedAll reports whether the pool has joined, unmarked, as many nodes
+// as it asks for (Input.Desired).
+func joinedAll(in *Input) bool {
+	joined := 0
+	for i := range in.Pressure.Nodes {
+		if n := &in.Pressure.Nodes[i]; n.MarkedAt.IsZero() && !n.JoinedAt.IsZero() {
+			joined++
+		}
+	}
+	return joined >= in.Desired
 }
 
 // bought returns t with a purchase at now recorded.

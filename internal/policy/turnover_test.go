@@ -10,10 +10,13 @@ import (
 
 // TestTurnoverObserve: the rates come from the growth of the report's
 // counters, a counter that went down (the reporter restarted) counts
-// nothing, and the boot is learnt from the latest purchase before a join.
+// nothing, the boot is learnt from the latest purchase before a join, and
+// a join after the pool had all its nodes (a replacement) is no sample.
 func TestTurnoverObserve(t *testing.T) {
+	// report is the pool's report at tideT0+at: it asks for one node, and
+	// one joined at each of joined.
 	report := func(at time.Duration, finished int, joined ...time.Duration) *Input {
-		in := &Input{Now: tideT0.Add(at)}
+		in := &Input{Now: tideT0.Add(at), Desired: 1}
 		in.Pressure.Finished = finished
 		in.Pressure.FinishedRequests = tideTask.Scale(int64(finished))
 		for _, j := range joined {
@@ -47,6 +50,13 @@ func TestTurnoverObserve(t *testing.T) {
 	}
 	if tu.Finished != 5 {
 		t.Errorf("counter %d, want the new one (5) kept for the next report", tu.Finished)
+	}
+	// The node is interrupted and its replacement joins at 9 min; no
+	// purchase was made since the pool had its node.
+	tu = tu.observe(report(5*time.Minute, 5))
+	tu = tu.observe(report(9*time.Minute, 5, 9*time.Minute))
+	if tu.Boot != 3*time.Minute {
+		t.Errorf("boot %v after a replacement joined, want 3m still (9m counted from the purchase is no boot)", tu.Boot)
 	}
 }
 
