@@ -145,7 +145,7 @@ func (p *tidePolicy) Decide(in Input) Decision {
 				Reason: NewReason(CodeBatching, "%d queued instances batched for %dms of the %dms window",
 					int64(queued), waited.Milliseconds(), p.cfg.BatchWindow.Milliseconds())}
 		} else {
-			d = p.scaleUp(&in, &v, queued, &st.Turnover)
+			d = p.scaleUp(&in, &v, queued, &st.Turnover, st.PendingSince)
 		}
 	}
 	if clamped := p.cfg.Nodes.Clamp(d.Desired); clamped != d.Desired {
@@ -169,14 +169,18 @@ func (p *tidePolicy) Decide(in Input) Decision {
 
 // scaleUp packs the backlog and asks for the nodes it needs: the free
 // room of the nodes that joined, and the room of the work sure enough to
-// finish before a new node could join (Turnover), hold what they can.
-func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int, turnover *Turnover) Decision {
+// finish before a new node could join (Turnover), hold what they can. The
+// completions are counted on for one boot from pendingSince, when the
+// backlog began to wait: a backlog still waiting after that is bought for
+// whole (see Turnover).
+func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int, turnover *Turnover, pendingSince time.Time) Decision {
 	cfg := &p.cfg
 	nodes := in.Pressure.Nodes
 	free := freeOf(nodes, v.nodes)
 	pending := in.Pressure.Pending
 	finishing := 0.0
-	if z, ok := preferZ(cfg.Prefer); ok && !slices.ContainsFunc(pending, func(p capacity.Pending) bool { return p.Gang != "" }) {
+	lapse := pendingSince.Add(turnover.Boot) // when the credit ends
+	if z, ok := preferZ(cfg.Prefer); ok && in.Now.Before(lapse) && !slices.ContainsFunc(pending, func(p capacity.Pending) bool { return p.Gang != "" }) {
 		finishing = turnover.Expected(z)
 		free = turnover.credit(free, finishing)
 	}
@@ -271,6 +275,9 @@ func (p *tidePolicy) scaleUp(in *Input, v *tideView, queued int, turnover *Turno
 		desired = cfg.Nodes.Max // reason already says so
 	}
 	d := Decision{Desired: desired, Reason: reason, Tide: fig}
+	if finishing > 0 {
+		d.Recheck = lapse // nothing may change before: the backlog is looked at again when its credit ends
+	}
 	if desired > in.Desired {
 		// The purchase and its spares, cut to what is asked for (the max).
 		d.Launch = fitLaunches(cfg, launch, desired-in.Desired, pending)

@@ -32,7 +32,13 @@ import (
 // without a purchase (a spot node's replacement) is no sample: counted
 // from the last purchase, such joins had put the boot at 4–13 minutes on
 // pools that boot in 40 s, and a backlog waited for completions over that
-// span (docs/benchmarks.md, "Scaling quality XI"). Nothing is counted before a join
+// span (docs/benchmarks.md, "Scaling quality XI"). The completions are
+// counted on for one boot from when the backlog began to wait, and the
+// decision asks to be made again then (Decision.Recheck): a backlog still
+// waiting after a boot has had the completions it counted on and is
+// bought for whole. Without that, a credit renewed at every decision
+// while the rate held kept a backlog waiting for 20 boots (Helios case
+// 31337/178 under cost). Nothing is counted before a join
 // was seen, from a reporter without the counters (Kubernetes mode), or
 // for a backlog with a gang (a gang needs its room at once).
 type Turnover struct {

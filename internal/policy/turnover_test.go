@@ -82,8 +82,9 @@ func TestTurnoverExpected(t *testing.T) {
 
 // TestTideCountsOnFinishingWork: a backlog that the work finishing within
 // a boot absorbs is not bought for under prefer balanced or cost, in the
-// pieces the finished instances free; prefer latency, and a gang, buy
-// for all of it.
+// pieces the finished instances free, and is looked at again when the boot
+// since it began to wait ends; prefer latency, a gang, and a backlog that
+// has waited a boot already buy for all of it.
 func TestTideCountsOnFinishingWork(t *testing.T) {
 	elastic := capacity.Elastic(0, 20)
 	// 0.1 instances a second of tideTask finish, boot 100 s: 10 expected,
@@ -96,24 +97,38 @@ func TestTideCountsOnFinishingWork(t *testing.T) {
 		pending   []capacity.Pending
 		want      int
 		finishing int
+		waited    time.Duration // since the backlog began to wait (default 1 min)
 	}{
-		{"latency: buys for all", PreferLatency, []capacity.Pending{tidePending(tideTask, 6)}, 4, 0},
-		{"balanced: 6 of 6.8 finishing", PreferBalanced, []capacity.Pending{tidePending(tideTask, 6)}, 2, 6},
-		{"balanced: the rest bought", PreferBalanced, []capacity.Pending{tidePending(tideTask, 12)}, 4, 6},
-		{"cost: all 10 expected", PreferCost, []capacity.Pending{tidePending(tideTask, 12)}, 3, 10},
-		{"a piece holds no bigger instance", PreferCost, []capacity.Pending{tidePending(tideTask.Scale(2), 2)}, 3, 10},
-		{"gang: bought whole", PreferCost, []capacity.Pending{{Requests: tideTask, Count: 4, Gang: "g"}}, 3, 0},
+		{"latency: buys for all", PreferLatency, []capacity.Pending{tidePending(tideTask, 6)}, 4, 0, 0},
+		{"balanced: 6 of 6.8 finishing", PreferBalanced, []capacity.Pending{tidePending(tideTask, 6)}, 2, 6, 0},
+		{"balanced: the rest bought", PreferBalanced, []capacity.Pending{tidePending(tideTask, 12)}, 4, 6, 0},
+		{"cost: all 10 expected", PreferCost, []capacity.Pending{tidePending(tideTask, 12)}, 3, 10, 0},
+		{"a piece holds no bigger instance", PreferCost, []capacity.Pending{tidePending(tideTask.Scale(2), 2)}, 3, 10, 0},
+		{"gang: bought whole", PreferCost, []capacity.Pending{{Requests: tideTask, Count: 4, Gang: "g"}}, 3, 0, 0},
+		{"cost: waited a boot, bought whole", PreferCost, []capacity.Pending{tidePending(tideTask, 12)}, 5, 0, 100 * time.Second},
+		{"cost: a second younger", PreferCost, []capacity.Pending{tidePending(tideTask, 12)}, 3, 10, 99 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tideConfig(t, elastic, []capacity.Offering{tideOD}, func(c *Config) { c.Prefer = tt.prefer })
-			d := NewTide(cfg).Decide(Input{Now: tideT0, Desired: 2, State: fast,
+			st := fast
+			if tt.waited > 0 {
+				st.PendingSince = tideT0.Add(-tt.waited)
+			}
+			d := NewTide(cfg).Decide(Input{Now: tideT0, Desired: 2, State: st,
 				Pressure: capacity.Pressure{Nodes: tideFullNodes(2), Pending: tt.pending}})
 			if d.Desired != tt.want {
 				t.Errorf("desired %d, want %d (%s)", d.Desired, tt.want, d.Reason)
 			}
 			if d.Tide == nil || d.Tide.Finishing != tt.finishing {
 				t.Errorf("figures %+v, want %d finishing", d.Tide, tt.finishing)
+			}
+			recheck := time.Time{}
+			if tt.finishing > 0 {
+				recheck = st.PendingSince.Add(fast.Turnover.Boot)
+			}
+			if !d.Recheck.Equal(recheck) {
+				t.Errorf("recheck %v, want %v (the end of the credit, when there is one)", d.Recheck, recheck)
 			}
 		})
 	}
