@@ -24,7 +24,7 @@ type Config struct {
 	// Cooldown is the minimum time between two scale-down decisions (default 30s).
 	Cooldown time.Duration
 	// IdleTimeout is how long a pool (skyward) or a node (tide) must be idle
-	// before it is released (default 60s; 10s for tide, TideIdleTimeout).
+	// before it is released (default 60s; 1s for tide, TideIdleTimeout).
 	IdleTimeout time.Duration
 	// SlotsPerNode is how many instances one node runs at once (skyward; default 1).
 	SlotsPerNode int

@@ -59,14 +59,17 @@ const CodeBatching = "batching"
 // The batch window is 1 s (it was 2 s): the backlog of a burst is bought
 // a second earlier, which on Philly cut both node-hours and the p95 wait.
 //
-// Empty nodes go after TideIdleTimeout (10 s) unless the pool sets
-// idle_timeout: measured on the same traces, a node kept empty for a minute
-// (the old default) is seldom used again before it would have been
-// released, and releasing at 10 s, as Karpenter does at its 10 s poll, cut
-// tide's node-hours on Philly and Google with the same p95 wait; on a small
-// serving pool whose demand changes every minute a shorter one is cheaper
-// at the same waits (the shipped replica configs, azure-conv.yaml among
-// them, set 5 s: a node then goes at the next tick after it empties).
+// Empty nodes go after TideIdleTimeout (1 s) unless the pool sets
+// idle_timeout: at the first decision after a node empties. Measured on
+// the same traces, a node kept empty for a minute (the default before 10 s)
+// is seldom used again before it would have been released, and releasing
+// at 10 s cut tide's node-hours on Philly and Google with the same p95
+// wait; on generated cases 1 s was as good again (docs/benchmarks.md,
+// "Scaling quality XI": 35 dominated cases of 800 held out against 37 at
+// 10 s, 6 of 200 against 9 on a seed drawn after), as Karpenter, which
+// consolidates an empty node at its next poll. The shipped replica
+// configs, azure-conv.yaml among them, set 5 s (measured against the
+// 10 s default: a node goes at the next tick after it empties).
 //
 // Nodes marked for deletion are on their way out: they give no free space
 // and do not count as nodes. A new node is assumed to lose to daemons what
@@ -413,8 +416,8 @@ const (
 )
 
 // TideIdleTimeout is the tide policy's default IdleTimeout: how long a node
-// stays empty before it is released.
-const TideIdleTimeout = 10 * time.Second
+// stays empty before it is released (see tidePolicy).
+const TideIdleTimeout = time.Second
 
 // burstSpare returns the spare nodes a backlog that needs newNodes gets,
 // booting being the nodes asked for earlier that have not joined yet and

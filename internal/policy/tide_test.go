@@ -275,12 +275,12 @@ func TestTideDecide(t *testing.T) {
 			wantText: "2 nodes idle for at least 60s: scale down to 2",
 		},
 		{
-			name: "by default an empty node goes after 10s",
+			name: "by default an empty node goes after 1s",
 			cfg:  tideConfig(t, elastic, []capacity.Offering{tideOD}), desired: 3,
-			nodes: []capacity.Node{tideNode("a", 1), tideNode("b", 0, idleFor(10*time.Second)),
-				tideNode("c", 0, idleFor(9*time.Second))},
+			nodes: []capacity.Node{tideNode("a", 1), tideNode("b", 0, idleFor(time.Second)),
+				tideNode("c", 0, idleFor(999*time.Millisecond))},
 			want: 2, wantCode: CodeScaleDown, wantIdle: []string{"b"},
-			wantText: "1 node idle for at least 10s: scale down to 2",
+			wantText: "1 node idle for at least 1s: scale down to 2",
 		},
 		{
 			name: "a node running only daemons is empty; one with unknown idle time is kept",
