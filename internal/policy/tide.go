@@ -61,10 +61,10 @@ const CodeBatching = "batching"
 //
 // Empty nodes go after TideIdleTimeout (1 s) unless the pool sets
 // idle_timeout: at the first decision after a node empties. Measured on
-// the same traces, a node kept empty for a minute (the default before 10 s)
-// is seldom used again before it would have been released, and releasing
-// at 10 s cut tide's node-hours on Philly and Google with the same p95
-// wait; on generated cases 1 s was as good again (docs/benchmarks.md,
+// the same traces, a node kept empty for a minute (the first default) is
+// seldom used again before it would have been released, and releasing at
+// 10 s (the second) cut tide's node-hours on Philly and Google with the
+// same p95 wait; on generated cases 1 s is better still (docs/benchmarks.md,
 // "Scaling quality XI": 35 dominated cases of 800 held out against 37 at
 // 10 s, 6 of 200 against 9 on a seed drawn after), as Karpenter, which
 // consolidates an empty node at its next poll. The shipped replica
