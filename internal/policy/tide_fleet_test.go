@@ -69,3 +69,28 @@ func TestRunningGroups(t *testing.T) {
 		t.Fatalf("groups %+v, want 5 tasks and 5 fpga instances", got)
 	}
 }
+
+// TestTideFleetShapedGivesWayToBooting: when the machines booting cannot
+// hold the backlog (a tiny offering boots; the tasks need more), the
+// purchase for what they leave replaces the fleet-shaped one, and the
+// decision no longer says it kept to the fleet.
+func TestTideFleetShapedGivesWayToBooting(t *testing.T) {
+	c16 := capacity.Offering{Type: "c16", Kind: capacity.OnDemand, PricePerHour: 0.70,
+		Resources: capacity.Resources{MilliCPU: 16000, Memory: 64 * ttGi}}
+	tiny := capacity.Offering{Type: "tiny", Kind: capacity.OnDemand, PricePerHour: 0.01,
+		Resources: capacity.Resources{MilliCPU: 500, Memory: ttGi}}
+	p := NewTide(tideConfig(t, capacity.Elastic(0, 20), []capacity.Offering{tideOD, c16, tiny}))
+	in := Input{Now: tideT0, Desired: 1, State: waited, Pressure: capacity.Pressure{
+		Nodes: []capacity.Node{tideNode("a", 4)}, Pending: []capacity.Pending{tidePending(tideTask, 12)}}}
+	if d := p.Decide(in); !d.Tide.FleetShaped || d.Desired != 2 {
+		t.Fatalf("nothing booting: desired %d, fleet-shaped %v; want 2, true (%s)", d.Desired, d.Tide.FleetShaped, d.Reason)
+	}
+	in.Desired, in.Booting = 2, []string{tiny.Name()}
+	d := p.Decide(in)
+	if len(d.Launch) != 1 || d.Launch[0].Offering != tideOD.Name() || d.Launch[0].Count != 3 || d.Desired != 5 {
+		t.Fatalf("launch %+v, desired %d (%s); want 3 × %s on top of the 2 asked for", d.Launch, d.Desired, d.Reason, tideOD.Name())
+	}
+	if d.Tide.FleetShaped {
+		t.Error("the purchase for what the booting tiny machine cannot hold says it kept to the fleet")
+	}
+}
