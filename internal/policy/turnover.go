@@ -38,9 +38,9 @@ import (
 // waiting after a boot has had the completions it counted on and is
 // bought for whole. Without that, a credit renewed at every decision
 // while the rate held kept a backlog waiting for 20 boots (Helios case
-// 31337/178 under cost). Nothing is counted before a join
-// was seen, from a reporter without the counters (Kubernetes mode), or
-// for a backlog with a gang (a gang needs its room at once).
+// 31337/178 under cost). Nothing is counted before a join was seen, from
+// a reporter without the counters (Kubernetes mode), or for a backlog
+// with a gang (a gang needs its room at once).
 type Turnover struct {
 	// At is the report the counters below were read from; Finished and
 	// Freed are its Finished and FinishedRequests (CPU cores, memory GiB,
@@ -71,8 +71,13 @@ const turnoverPieces = 64
 
 // observe returns t updated with the report in (at in.Now).
 func (t Turnover) observe(in *Input) Turnover {
+	joined := 0 // unmarked nodes that joined
 	for i := range in.Pressure.Nodes {
-		j := in.Pressure.Nodes[i].JoinedAt
+		n := &in.Pressure.Nodes[i]
+		j := n.JoinedAt
+		if !j.IsZero() && n.MarkedAt.IsZero() {
+			joined++
+		}
 		if j.IsZero() || !j.After(t.Seen) {
 			continue
 		}
@@ -85,7 +90,7 @@ func (t Turnover) observe(in *Input) Turnover {
 			}
 		}
 	}
-	if t.Buys[0] != (time.Time{}) && joinedAll(in) {
+	if joined >= in.Desired {
 		// Every node asked for has joined: the purchases are served. A
 		// join without a purchase after it replaces a node (a spot node
 		// relaunched, a boot that failed and was retried) and says
@@ -112,18 +117,6 @@ func (t Turnover) observe(in *Input) Turnover {
 	}
 	t.At, t.Finished, t.Freed = in.Now, finished, freed
 	return t
-}
-
-// joinedAll reports whether the pool has joined, unmarked, as many nodes
-// as it asks for (Input.Desired).
-func joinedAll(in *Input) bool {
-	joined := 0
-	for i := range in.Pressure.Nodes {
-		if n := &in.Pressure.Nodes[i]; n.MarkedAt.IsZero() && !n.JoinedAt.IsZero() {
-			joined++
-		}
-	}
-	return joined >= in.Desired
 }
 
 // bought returns t with a purchase at now recorded.
