@@ -1,19 +1,33 @@
 #!/usr/bin/env python3
-"""judge.py BASE.csv [VARIANT.csv]: the case benchmark's verdict with tide's
-columns taken from VARIANT (tide-only rows) when given."""
+"""judge.py BASE.csv [VARIANT.csv] [-t] [-p POLICY]: the case benchmark's
+verdict with tide's columns taken from VARIANT (tide-only rows) when given;
+-t adds a line per trace; -p judges POLICY against the others (tide among
+them) by the same rule instead of tide."""
 import csv, sys, statistics
-pols = ["skyward","target-tracking","utilization","karpenter","cluster-autoscaler"]
+args = sys.argv[1:]
+judged = "tide"
+if "-p" in args:
+    i = args.index("-p")
+    judged = args[i+1]
+    del args[i:i+2]
+files = [a for a in args if not a.startswith("-")]
+pols = [p for p in ["tide","skyward","target-tracking","utilization","karpenter","cluster-autoscaler"] if p != judged]
 def load(p):
     return {r["case"]: r for r in csv.DictReader(open(p))}
-base = load(sys.argv[1])
-var = load(sys.argv[2]) if len(sys.argv) > 2 else base
+base = load(files[0])
+if len(files) > 1:
+    var = load(files[1])
+    for c, b in base.items():
+        if c in var and var[c].get("tide_cost"):
+            b.update({k: v for k, v in var[c].items() if k.startswith("tide_")})
+var = {c: {k[len(judged)+1:]: v for k, v in b.items() if k.startswith(judged+"_")} for c, b in base.items()}
 dom, worst, vs, rows = 0, (0, ""), [], []
 pertrace = {}
 for c, b in base.items():
     v = var.get(c)
-    if v is None or not v.get("tide_cost"):
+    if v is None or not v.get("cost"):
         continue
-    tc, ts, tp = float(v["tide_cost"]), float(v["tide_spread_pct"]), float(v["tide_p95_s"])
+    tc, ts, tp = float(v["cost"]), float(v["spread_pct"]), float(v["p95_s"])
     best = min((float(b[p+"_cost"]) for p in pols if b.get(p+"_cost")), default=None)
     d = None
     for p in pols:
