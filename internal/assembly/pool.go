@@ -181,13 +181,12 @@ func (a *Assembly) newPool(ctx context.Context, pc config.Pool, build func() (pr
 		p.release()
 		return nil, err
 	}
-	pcfg := pc.PolicyConfig()
 	loop, err := autoscale.New(autoscale.Config{
 		Figures:  figures,
 		Pool:     pc.Name,
 		Policy:   pol,
 		Desired:  desired,
-		Interval: cmp.Or(min(pcfg.Cooldown, pc.ReconcileEvery()), 5*time.Second),
+		Interval: pc.EvaluateEvery(),
 		Ordinal:  func(id string) (reconcile.NodeID, bool) { return controller.ParseMachineID(pc.Name, id) },
 	}, ctl, clock.Real{}, func(e autoscale.Event) {
 		decisions.WithLabelValues(e.Pool, pol.Name(), e.Reason, fmt.Sprint(e.Changed)).Inc()

@@ -8,6 +8,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -186,6 +187,14 @@ func (p *Pool) ReconcileEvery() time.Duration {
 		return time.Duration(p.Scaling.ReconcileInterval)
 	}
 	return DefaultReconcileInterval
+}
+
+// EvaluateEvery returns how often the pool's autoscale loop evaluates
+// its policy when no new report comes (replaying the last one): the
+// cooldown or the reconcile interval, whichever is shorter, and 5 s when
+// no cooldown is set.
+func (p *Pool) EvaluateEvery() time.Duration {
+	return cmp.Or(min(time.Duration(p.Scaling.Cooldown), p.ReconcileEvery()), 5*time.Second)
 }
 
 // Pool returns the pool with the given name.

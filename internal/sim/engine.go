@@ -173,6 +173,12 @@ type engine struct {
 
 	// recheck is the last decision's Recheck (the peer policies' loops).
 	recheck time.Time
+	// lastEval is when the policy was last evaluated and evalBusy whether
+	// that pressure had queued or running work; every is the live loop's
+	// evaluation tick (config.Pool.EvaluateEvery). See evaluate.
+	lastEval time.Time
+	evalBusy bool
+	every    time.Duration
 	// cons is the run's consolidation (consolidate.go); nil when nothing may move.
 	cons *consolidation
 
@@ -219,7 +225,8 @@ func newEngine(cfg *Config, w *Workload, opts Options) (*engine, error) {
 		return nil, err
 	}
 	e := &engine{cfg: cfg, w: w, opts: opts, pcfg: pcfg, pol: pol, clk: clk, cloud: cloud, pool: cfg.Pool.Name,
-		offs: map[string]capacity.Offering{}, byMachine: map[string]*node{}, tracking: map[string]seenState{}, now: start, start: start}
+		offs: map[string]capacity.Offering{}, byMachine: map[string]*node{}, tracking: map[string]seenState{}, now: start, start: start,
+		every: cfg.Pool.EvaluateEvery()}
 	for _, o := range cfg.Pool.Offerings {
 		e.offs[o.Name()] = o
 	}
@@ -651,10 +658,29 @@ func (e *engine) reportBusy() bool {
 
 // evaluate runs the policy on the current pressure; it reports whether the
 // desired count changed (and was handed to the controller).
+//
+// The live loop (autoscale) evaluates the policy on every report and, in
+// between, on a tick of EvaluateEvery that replays the last report; the
+// engine evaluates only when the pressure changes or the policy's state
+// calls for it (armWake), and between two evaluations the pressure is the
+// same. The one state a replayed report changes is the time the pool was
+// last seen busy (skyward's LastBusy, its idle timeout's start): when the
+// previous evaluation saw work, the ticks in between saw it too, so
+// LastBusy is moved to the last of them before now. Without that, a pool
+// that emptied long after its last change looked idle since that change,
+// and skyward released it up to a whole idle timeout early.
 func (e *engine) evaluate() bool {
 	e.changed = false
-	d := e.pol.Decide(policy.Input{Now: e.now, Desired: e.desired, Pressure: e.pressure(), State: e.state,
+	pressure := e.pressure()
+	if lb := e.state.LastBusy; e.evalBusy && lb.Equal(e.lastEval) {
+		if k := (e.now.Sub(lb) - 1) / e.every; k > 0 {
+			e.state.LastBusy = lb.Add(k * e.every)
+		}
+	}
+	d := e.pol.Decide(policy.Input{Now: e.now, Desired: e.desired, Pressure: pressure, State: e.state,
 		Unavailable: e.ctl.Unavailable(e.now), Booting: e.ctl.Booting()})
+	e.lastEval = e.now
+	e.evalBusy = !d.State.LastBusy.IsZero() && (pressure.Queued() > 0 || pressure.Inflight() > 0)
 	e.state = d.State
 	e.recheck = d.Recheck
 	if d.Desired == e.desired {

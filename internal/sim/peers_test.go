@@ -38,7 +38,10 @@ func TestPeersReleaseEmptyNodesAsDocumented(t *testing.T) {
 // ran work, sat empty in the cluster (IdleNodeHours) and were billed
 // outside it (OutsideNodeHours: boot, configure, delete). One 8-GPU job
 // of an hour: about an hour of work; cluster-autoscaler's node sits empty
-// for its 10-minute unneeded time, karpenter's for under a poll and a tick.
+// for its 10-minute unneeded time, karpenter's for under a poll and a
+// tick, skyward's for its 60 s idle timeout counted from the last time its
+// loop saw the job running (at most an evaluation tick before the end),
+// and not from the job's start, the last change the simulator saw.
 func TestNodeHoursBreakdown(t *testing.T) {
 	cfg := mustConfig(t, gpuPool)
 	w := jobsWorkload(t, cfg, []trace.Job{gpuJob(0, time.Hour, 8, 1)})
@@ -48,6 +51,7 @@ func TestNodeHoursBreakdown(t *testing.T) {
 	}{
 		{policy.Karpenter, 0, 30 * time.Second},
 		{policy.ClusterAutoscaler, 9 * time.Minute, 12 * time.Minute},
+		{policy.Skyward, 50 * time.Second, 60*time.Second + 2*15*time.Second},
 	} {
 		r := mustRun(t, cfg, w, tc.pol, 1)
 		idle := time.Duration(r.IdleNodeHours * float64(time.Hour))
