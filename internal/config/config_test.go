@@ -142,3 +142,22 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestEvaluateEvery: the autoscale loop's tick is the shorter of the
+// cooldown and the reconcile interval, and 5 s without a cooldown.
+func TestEvaluateEvery(t *testing.T) {
+	for _, tc := range []struct {
+		cooldown, reconcile, want time.Duration
+	}{
+		{0, 0, 5 * time.Second},
+		{0, 2 * time.Second, 5 * time.Second},
+		{30 * time.Second, 0, DefaultReconcileInterval},
+		{10 * time.Second, 15 * time.Second, 10 * time.Second},
+		{30 * time.Second, time.Second, time.Second},
+	} {
+		p := Pool{Scaling: Scaling{Cooldown: Duration(tc.cooldown), ReconcileInterval: Duration(tc.reconcile)}}
+		if got := p.EvaluateEvery(); got != tc.want {
+			t.Errorf("cooldown %s, reconcile %s: %s, want %s", tc.cooldown, tc.reconcile, got, tc.want)
+		}
+	}
+}
