@@ -17,9 +17,10 @@ def load(p):
 base = load(files[0])
 if len(files) > 1:
     var = load(files[1])
+    # Only the cases the variant ran, with its tide columns.
+    base = {c: b for c, b in base.items() if c in var and var[c].get("tide_cost")}
     for c, b in base.items():
-        if c in var and var[c].get("tide_cost"):
-            b.update({k: v for k, v in var[c].items() if k.startswith("tide_")})
+        b.update({k: v for k, v in var[c].items() if k.startswith("tide_")})
 var = {c: {k[len(judged)+1:]: v for k, v in b.items() if k.startswith(judged+"_")} for c, b in base.items()}
 dom, worst, vs, rows = 0, (0, ""), [], []
 pertrace = {}
